@@ -1,0 +1,128 @@
+package activities
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/IBM/sarama"
+)
+
+// KafkaConfig is what a claimflow process needs to reach Kafka.
+type KafkaConfig struct {
+	Brokers []string
+	// Version must not be above the broker's; kfake and Kafka 4.x both
+	// accept 2.8 and later.
+	Version string
+	// ClientID names this process in broker logs.
+	ClientID string
+}
+
+// NewProducer returns a producer whose SendMessage returns only once every
+// in-sync replica has the message, with the idempotent producer on so that
+// sarama's own retries do not write a message twice.
+func NewProducer(cfg KafkaConfig) (sarama.SyncProducer, error) {
+	sc, err := saramaConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	sc.Producer.RequiredAcks = sarama.WaitForAll
+	sc.Producer.Idempotent = true
+	sc.Producer.Return.Successes = true
+	sc.Producer.Return.Errors = true
+	// Idempotence needs a single in-flight request per connection.
+	sc.Net.MaxOpenRequests = 1
+	// A few quick retries inside one activity attempt absorb a leader move;
+	// the activity retry policy handles longer outages.
+	sc.Producer.Retry.Max = 3
+	sc.Producer.Retry.Backoff = 100 * time.Millisecond
+	sc.Producer.Timeout = 10 * time.Second
+	p, err := sarama.NewSyncProducer(cfg.Brokers, sc)
+	if err != nil {
+		return nil, fmt.Errorf("connect producer to Kafka %v: %w", cfg.Brokers, err)
+	}
+	return p, nil
+}
+
+func saramaConfig(cfg KafkaConfig) (*sarama.Config, error) {
+	if len(cfg.Brokers) == 0 {
+		return nil, errors.New("no Kafka brokers configured (set KAFKA_BROKERS)")
+	}
+	sc := sarama.NewConfig()
+	version := cfg.Version
+	if version == "" {
+		version = DefaultKafkaVersion
+	}
+	v, err := sarama.ParseKafkaVersion(version)
+	if err != nil {
+		return nil, fmt.Errorf("KAFKA_VERSION %q: %w", version, err)
+	}
+	sc.Version = v
+	sc.ClientID = cfg.ClientID
+	if sc.ClientID == "" {
+		sc.ClientID = "claimflow"
+	}
+	sc.Metadata.Retry.Max = 5
+	sc.Metadata.Retry.Backoff = 200 * time.Millisecond
+	sc.Net.DialTimeout = 5 * time.Second
+	return sc, nil
+}
+
+// DefaultKafkaVersion is the protocol version claimflow speaks unless told
+// otherwise; both kfake and Apache Kafka 4.x accept it.
+const DefaultKafkaVersion = "3.9.0"
+
+// Topic is a topic claimflow needs.
+type Topic struct {
+	Name       string
+	Partitions int32
+	Replicas   int16
+}
+
+// EnsureTopics creates the topics that are missing; existing ones are left
+// as they are.
+func EnsureTopics(ctx context.Context, cfg KafkaConfig, topics []Topic) error {
+	sc, err := saramaConfig(cfg)
+	if err != nil {
+		return err
+	}
+	admin, err := sarama.NewClusterAdmin(cfg.Brokers, sc)
+	if err != nil {
+		return fmt.Errorf("connect admin to Kafka %v: %w", cfg.Brokers, err)
+	}
+	defer admin.Close()
+	for _, t := range topics {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		err := admin.CreateTopic(t.Name, &sarama.TopicDetail{NumPartitions: t.Partitions, ReplicationFactor: t.Replicas}, false)
+		if err != nil && !errors.Is(err, sarama.ErrTopicAlreadyExists) {
+			return fmt.Errorf("create topic %s: %w", t.Name, err)
+		}
+	}
+	return nil
+}
+
+// Ping checks that a broker answers a metadata request.
+func Ping(ctx context.Context, cfg KafkaConfig) error {
+	sc, err := saramaConfig(cfg)
+	if err != nil {
+		return err
+	}
+	sc.Metadata.Retry.Max = 0
+	done := make(chan error, 1)
+	go func() {
+		c, err := sarama.NewClient(cfg.Brokers, sc)
+		if err == nil {
+			err = c.Close()
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

@@ -1,0 +1,206 @@
+// Package api is claimflow's HTTP interface: it starts and signals Temporal
+// workflows for claims and answers status queries from Postgres.
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.temporal.io/sdk/client"
+)
+
+// Temporal is the part of the Temporal client the API uses.
+type Temporal interface {
+	NewWithStartWorkflowOperation(options client.StartWorkflowOptions, workflow any, args ...any) client.WithStartWorkflowOperation
+	UpdateWithStartWorkflow(ctx context.Context, options client.UpdateWithStartWorkflowOptions) (client.WorkflowUpdateHandle, error)
+	SignalWorkflow(ctx context.Context, workflowID, runID, signalName string, arg any) error
+}
+
+// Check reports whether one dependency is reachable, for /readyz.
+type Check func(ctx context.Context) error
+
+// Config wires the API to its dependencies.
+type Config struct {
+	Temporal Temporal
+	DB       *pgxpool.Pool
+	Log      *slog.Logger
+	// UIURL and Namespace build links to runs in the Temporal Web UI.
+	UIURL     string
+	Namespace string
+	// Checks are run by /readyz, by name.
+	Checks map[string]Check
+	// DecisionTimeout bounds how long a request waits for its claim to be
+	// decided before it answers 503 (the claim goes on and can be queried).
+	DecisionTimeout time.Duration
+	// ConfirmTimeout bounds ?wait=confirmed.
+	ConfirmTimeout time.Duration
+}
+
+type server struct {
+	Config
+}
+
+// New returns the HTTP handler.
+func New(cfg Config) http.Handler {
+	if cfg.DecisionTimeout == 0 {
+		cfg.DecisionTimeout = 15 * time.Second
+	}
+	if cfg.ConfirmTimeout == 0 {
+		cfg.ConfirmTimeout = 10 * time.Second
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	s := &server{Config: cfg}
+	gin.SetMode(gin.ReleaseMode)
+	r := gin.New()
+	r.Use(gin.Recovery(), s.accessLog)
+	r.HandleMethodNotAllowed = true
+	r.NoRoute(func(c *gin.Context) { writeError(c, http.StatusNotFound, "not_found", "no such route", "") })
+	r.NoMethod(func(c *gin.Context) {
+		writeError(c, http.StatusMethodNotAllowed, "method_not_allowed", "method not allowed on this route", "")
+	})
+
+	r.GET("/healthz", func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "ok"}) })
+	r.GET("/readyz", s.ready)
+
+	v1 := r.Group("/v1")
+	v1.POST("/courses", s.createCourse)
+	v1.GET("/courses/:id", s.getCourse)
+	v1.POST("/courses/:id/enrollments", s.enroll)
+	v1.GET("/enrollments/:id", s.getEnrollment)
+	v1.DELETE("/enrollments/:id", s.cancelEnrollment)
+	v1.GET("/dead-letters", s.listDeadLetters)
+	v1.GET("/dead-letters/:id", s.getDeadLetter)
+	v1.POST("/dead-letters/:id/retry", s.retryDeadLetter)
+	v1.POST("/dead-letters/:id/compensate", s.compensateDeadLetter)
+	return r
+}
+
+func (s *server) accessLog(c *gin.Context) {
+	start := time.Now()
+	c.Next()
+	if c.Writer.Status() >= 500 {
+		s.Log.Error("request failed", "method", c.Request.Method, "path", c.FullPath(),
+			"status", c.Writer.Status(), "took", time.Since(start), "errors", c.Errors.String())
+	}
+}
+
+func (s *server) ready(c *gin.Context) {
+	ctx, cancel := context.WithTimeout(c.Request.Context(), 3*time.Second)
+	defer cancel()
+	status := http.StatusOK
+	results := gin.H{}
+	for name, check := range s.Checks {
+		if err := check(ctx); err != nil {
+			status = http.StatusServiceUnavailable
+			results[name] = err.Error()
+			continue
+		}
+		results[name] = "ok"
+	}
+	c.JSON(status, gin.H{"checks": results})
+}
+
+// apiError is the body of every error: {"error":{"code","message","field"?}}.
+type apiError struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	Field   string `json:"field,omitempty"`
+}
+
+func writeError(c *gin.Context, status int, code, message, field string) {
+	c.AbortWithStatusJSON(status, gin.H{"error": apiError{Code: code, Message: message, Field: field}})
+}
+
+// internalError hides the cause from the client but logs it with the route.
+func (s *server) internalError(c *gin.Context, err error) {
+	_ = c.Error(err)
+	writeError(c, http.StatusInternalServerError, "internal", "internal error; the server log has the cause", "")
+}
+
+// unavailable answers 503 for dependencies that are down or slow, so clients
+// retry later instead of treating it as a bug.
+func (s *server) unavailable(c *gin.Context, err error) {
+	_ = c.Error(err)
+	c.Header("Retry-After", "1")
+	writeError(c, http.StatusServiceUnavailable, "unavailable", "a dependency did not answer in time; retry later", "")
+}
+
+const maxBodyBytes = 64 << 10
+
+// decodeJSON reads a JSON object strictly: unknown fields and trailing data
+// are errors naming what was wrong. It writes the 4xx itself.
+func decodeJSON(c *gin.Context, dst any) bool {
+	if ct := c.ContentType(); ct != "application/json" && ct != "" {
+		writeError(c, http.StatusUnsupportedMediaType, "unsupported_media_type", "send application/json", "")
+		return false
+	}
+	dec := json.NewDecoder(http.MaxBytesReader(c.Writer, c.Request.Body, maxBodyBytes))
+	dec.DisallowUnknownFields()
+	err := dec.Decode(dst)
+	if err == nil && dec.More() {
+		err = errors.New("unexpected data after the JSON object")
+	}
+	if err == nil {
+		return true
+	}
+	var (
+		typeErr *json.UnmarshalTypeError
+		tooBig  *http.MaxBytesError
+		syntax  *json.SyntaxError
+	)
+	switch {
+	case errors.As(err, &tooBig):
+		writeError(c, http.StatusRequestEntityTooLarge, "body_too_large", fmt.Sprintf("body exceeds %d bytes", maxBodyBytes), "")
+	case errors.As(err, &typeErr):
+		writeError(c, http.StatusBadRequest, "invalid_field", fmt.Sprintf("%s must be %s", typeErr.Field, typeErr.Type), typeErr.Field)
+	case strings.HasPrefix(err.Error(), "json: unknown field "):
+		field := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
+		writeError(c, http.StatusBadRequest, "unknown_field", fmt.Sprintf("unknown field %q", field), field)
+	case errors.Is(err, io.EOF):
+		writeError(c, http.StatusBadRequest, "invalid_json", "request body is empty; send a JSON object", "")
+	case errors.As(err, &syntax):
+		writeError(c, http.StatusBadRequest, "invalid_json", fmt.Sprintf("malformed JSON at byte %d", syntax.Offset), "")
+	default:
+		writeError(c, http.StatusBadRequest, "invalid_json", err.Error(), "")
+	}
+	return false
+}
+
+// IDs appear in workflow IDs, Kafka keys and URLs; this alphabet keeps them
+// unambiguous in all three (":" separates workflow ID parts).
+var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
+
+func validID(c *gin.Context, field, value string) bool {
+	if value == "" {
+		writeError(c, http.StatusBadRequest, "missing_field", field+" is required", field)
+		return false
+	}
+	if !idPattern.MatchString(value) {
+		writeError(c, http.StatusBadRequest, "invalid_field",
+			field+" must be 1-64 letters, digits, '_', '.' or '-', starting with a letter or digit", field)
+		return false
+	}
+	return true
+}
+
+// runURL links to a run in the Temporal Web UI.
+func (s *server) runURL(workflowID, runID string) string {
+	if s.UIURL == "" {
+		return ""
+	}
+	return fmt.Sprintf("%s/namespaces/%s/workflows/%s/%s/history", strings.TrimRight(s.UIURL, "/"),
+		url.PathEscape(s.Namespace), url.PathEscape(workflowID), url.PathEscape(runID))
+}

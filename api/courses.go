@@ -1,0 +1,103 @@
+package api
+
+import (
+	"errors"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+)
+
+type course struct {
+	ID        string    `json:"id"`
+	Title     string    `json:"title"`
+	Capacity  int       `json:"capacity"`
+	Credits   int       `json:"credits"`
+	Enrolled  int       `json:"enrolled"`
+	Available int       `json:"available"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+type createCourseRequest struct {
+	ID       string  `json:"id"`
+	Title    *string `json:"title"`
+	Capacity *int    `json:"capacity"`
+	Credits  int     `json:"credits"`
+}
+
+const maxCapacity = 1_000_000
+
+func (s *server) createCourse(c *gin.Context) {
+	var req createCourseRequest
+	if !decodeJSON(c, &req) {
+		return
+	}
+	if req.ID == "" {
+		req.ID = "c-" + strings.ReplaceAll(uuid.NewString(), "-", "")[:12]
+	}
+	if !validID(c, "id", req.ID) {
+		return
+	}
+	switch {
+	case req.Title == nil || strings.TrimSpace(*req.Title) == "":
+		writeError(c, http.StatusBadRequest, "missing_field", "title is required", "title")
+		return
+	case len(*req.Title) > 200:
+		writeError(c, http.StatusBadRequest, "invalid_field", "title must be at most 200 bytes", "title")
+		return
+	case req.Capacity == nil:
+		writeError(c, http.StatusBadRequest, "missing_field", "capacity is required", "capacity")
+		return
+	case *req.Capacity < 0 || *req.Capacity > maxCapacity:
+		writeError(c, http.StatusBadRequest, "invalid_field", "capacity must be between 0 and 1000000", "capacity")
+		return
+	case req.Credits < 0 || req.Credits > 100:
+		writeError(c, http.StatusBadRequest, "invalid_field", "credits must be between 0 and 100", "credits")
+		return
+	}
+	tag, err := s.DB.Exec(c, `
+		INSERT INTO courses (id, title, capacity, credits) VALUES ($1, $2, $3, $4)
+		ON CONFLICT (id) DO NOTHING`, req.ID, strings.TrimSpace(*req.Title), *req.Capacity, req.Credits)
+	if err != nil {
+		s.internalError(c, err)
+		return
+	}
+	if tag.RowsAffected() == 0 {
+		writeError(c, http.StatusConflict, "course_exists", "a course with this id already exists", "id")
+		return
+	}
+	got, err := s.loadCourse(c, req.ID)
+	if err != nil {
+		s.internalError(c, err)
+		return
+	}
+	c.JSON(http.StatusCreated, got)
+}
+
+func (s *server) getCourse(c *gin.Context) {
+	id := c.Param("id")
+	if !validID(c, "id", id) {
+		return
+	}
+	got, err := s.loadCourse(c, id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		writeError(c, http.StatusNotFound, "course_not_found", "no course with this id", "id")
+		return
+	}
+	if err != nil {
+		s.internalError(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, got)
+}
+
+func (s *server) loadCourse(c *gin.Context, id string) (course, error) {
+	var got course
+	err := s.DB.QueryRow(c, `SELECT id, title, capacity, credits, enrolled, created_at FROM courses WHERE id = $1`, id).
+		Scan(&got.ID, &got.Title, &got.Capacity, &got.Credits, &got.Enrolled, &got.CreatedAt)
+	got.Available = got.Capacity - got.Enrolled
+	return got, err
+}

@@ -1,0 +1,249 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/claimflow/claimflow/workflows"
+)
+
+type enrollment struct {
+	ID          string     `json:"id"`
+	CourseID    string     `json:"course_id"`
+	StudentID   string     `json:"student_id"`
+	Status      string     `json:"status"`
+	WorkflowID  string     `json:"workflow_id"`
+	RunID       string     `json:"run_id"`
+	WorkflowURL string     `json:"workflow_url,omitempty"`
+	RequestedAt *time.Time `json:"requested_at,omitempty"`
+	RecordedAt  *time.Time `json:"recorded_at,omitempty"`
+	PublishedAt *time.Time `json:"published_at,omitempty"`
+	ConfirmedAt *time.Time `json:"confirmed_at,omitempty"`
+	CancelledAt *time.Time `json:"cancelled_at,omitempty"`
+	FailedAt    *time.Time `json:"failed_at,omitempty"`
+}
+
+type enrollRequest struct {
+	StudentID string `json:"student_id"`
+}
+
+// refusalStatus maps business refusals to HTTP answers.
+var refusalStatus = map[workflows.Refusal]int{
+	workflows.RefusalCourseFull:         http.StatusConflict,
+	workflows.RefusalAlreadyEnrolled:    http.StatusConflict,
+	workflows.RefusalCourseNotFound:     http.StatusNotFound,
+	workflows.RefusalEnrollmentNotFound: http.StatusNotFound,
+	workflows.RefusalEnrollmentPending:  http.StatusConflict,
+	workflows.RefusalEnrollmentInactive: http.StatusConflict,
+}
+
+func (s *server) enroll(c *gin.Context) {
+	requestedAt := time.Now().UTC()
+	courseID := c.Param("id")
+	if !validID(c, "course_id", courseID) {
+		return
+	}
+	wait := c.Query("wait")
+	if wait != "" && wait != "confirmed" {
+		writeError(c, http.StatusBadRequest, "invalid_field", `wait must be "confirmed" or absent`, "wait")
+		return
+	}
+	var req enrollRequest
+	if !decodeJSON(c, &req) || !validID(c, "student_id", req.StudentID) {
+		return
+	}
+	enrollmentID, err := uuid.NewV7()
+	if err != nil {
+		s.internalError(c, err)
+		return
+	}
+	in := workflows.EnrollmentInput{
+		EnrollmentID: enrollmentID.String(),
+		CourseID:     courseID,
+		StudentID:    req.StudentID,
+		RequestedAt:  requestedAt,
+	}
+	workflowID := workflows.EnrollmentWorkflowID(courseID, req.StudentID)
+	start := s.Temporal.NewWithStartWorkflowOperation(client.StartWorkflowOptions{
+		ID:        workflowID,
+		TaskQueue: workflows.TaskQueue,
+		// A concurrent second request of the same student joins the running
+		// claim (and is told already_enrolled); after a run closes, a new one
+		// may start, so a cancelled student can enroll again.
+		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
+		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
+		TypedSearchAttributes: temporal.NewSearchAttributes(
+			workflows.SearchCourseID.ValueSet(courseID),
+			workflows.SearchStudentID.ValueSet(req.StudentID),
+			workflows.SearchClaimStatus.ValueSet(string(workflows.StatusPending)),
+		),
+	}, workflows.Enrollment, in)
+
+	decision, runID, err := s.decide(c, start, workflowID)
+	if err != nil {
+		s.unavailable(c, fmt.Errorf("enroll %s in %s: %w", req.StudentID, courseID, err))
+		return
+	}
+	if decision.Status == workflows.StatusRefused {
+		status, ok := refusalStatus[decision.Refusal]
+		if !ok {
+			status = http.StatusConflict
+		}
+		body := gin.H{"error": apiError{Code: string(decision.Refusal), Message: decision.Message}}
+		if decision.Refusal == workflows.RefusalAlreadyEnrolled && decision.EnrollmentID != "" {
+			body["enrollment_id"] = decision.EnrollmentID
+		}
+		c.AbortWithStatusJSON(status, body)
+		return
+	}
+
+	got := enrollment{
+		ID: decision.EnrollmentID, CourseID: courseID, StudentID: req.StudentID,
+		Status: string(decision.Status), WorkflowID: workflowID, RunID: runID,
+		WorkflowURL: s.runURL(workflowID, runID),
+	}
+	if wait != "confirmed" {
+		c.JSON(http.StatusCreated, got)
+		return
+	}
+	current, err := s.awaitSettled(c, decision.EnrollmentID)
+	if err != nil {
+		s.internalError(c, err)
+		return
+	}
+	current.WorkflowURL = got.WorkflowURL
+	if current.Status == string(workflows.StatusConfirmed) {
+		c.JSON(http.StatusCreated, current)
+		return
+	}
+	// The claim is taken and durable; only its confirmation is late.
+	c.JSON(http.StatusAccepted, current)
+}
+
+// decide starts (or joins) a claim's run and waits for its decision update.
+func (s *server) decide(c *gin.Context, start client.WithStartWorkflowOperation, workflowID string) (workflows.Decision, string, error) {
+	ctx, cancel := context.WithTimeout(c.Request.Context(), s.DecisionTimeout)
+	defer cancel()
+	handle, err := s.Temporal.UpdateWithStartWorkflow(ctx, client.UpdateWithStartWorkflowOptions{
+		StartWorkflowOperation: start,
+		UpdateOptions: client.UpdateWorkflowOptions{
+			WorkflowID:   workflowID,
+			UpdateName:   workflows.UpdateDecision,
+			WaitForStage: client.WorkflowUpdateStageCompleted,
+		},
+	})
+	if err != nil {
+		return workflows.Decision{}, "", err
+	}
+	var d workflows.Decision
+	if err := handle.Get(ctx, &d); err != nil {
+		return workflows.Decision{}, "", err
+	}
+	return d, handle.RunID(), nil
+}
+
+// awaitSettled polls the enrollment until it leaves "reserved" or the
+// confirm bound passes. Polling Postgres keeps the wait off the workflow.
+func (s *server) awaitSettled(c *gin.Context, id string) (enrollment, error) {
+	deadline := time.Now().Add(s.ConfirmTimeout)
+	for {
+		got, err := s.loadEnrollment(c, id)
+		if err != nil {
+			return got, err
+		}
+		if got.Status != string(workflows.StatusReserved) || time.Now().After(deadline) {
+			return got, nil
+		}
+		select {
+		case <-c.Request.Context().Done():
+			return got, nil
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+func (s *server) getEnrollment(c *gin.Context) {
+	id := c.Param("id")
+	if !validID(c, "id", id) {
+		return
+	}
+	got, err := s.loadEnrollment(c, id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		writeError(c, http.StatusNotFound, "enrollment_not_found", "no enrollment with this id", "id")
+		return
+	}
+	if err != nil {
+		s.internalError(c, err)
+		return
+	}
+	got.WorkflowURL = s.runURL(got.WorkflowID, got.RunID)
+	c.JSON(http.StatusOK, got)
+}
+
+func (s *server) loadEnrollment(ctx context.Context, id string) (enrollment, error) {
+	var e enrollment
+	err := s.DB.QueryRow(ctx, `
+		SELECT id, course_id, student_id, status, workflow_id, run_id,
+		       requested_at, recorded_at, published_at, confirmed_at, cancelled_at, failed_at
+		FROM enrollments WHERE id = $1`, id).
+		Scan(&e.ID, &e.CourseID, &e.StudentID, &e.Status, &e.WorkflowID, &e.RunID,
+			&e.RequestedAt, &e.RecordedAt, &e.PublishedAt, &e.ConfirmedAt, &e.CancelledAt, &e.FailedAt)
+	return e, err
+}
+
+func (s *server) cancelEnrollment(c *gin.Context) {
+	id := c.Param("id")
+	if !validID(c, "id", id) {
+		return
+	}
+	current, err := s.loadEnrollment(c, id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		writeError(c, http.StatusNotFound, "enrollment_not_found", "no enrollment with this id", "id")
+		return
+	}
+	if err != nil {
+		s.internalError(c, err)
+		return
+	}
+	workflowID := workflows.CancellationWorkflowID(id)
+	start := s.Temporal.NewWithStartWorkflowOperation(client.StartWorkflowOptions{
+		ID:                       workflowID,
+		TaskQueue:                workflows.TaskQueue,
+		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
+		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
+		TypedSearchAttributes: temporal.NewSearchAttributes(
+			workflows.SearchCourseID.ValueSet(current.CourseID),
+			workflows.SearchStudentID.ValueSet(current.StudentID),
+			workflows.SearchClaimStatus.ValueSet(string(workflows.StatusPending)),
+		),
+	}, workflows.Cancellation, workflows.CancellationInput{EnrollmentID: id})
+	decision, _, err := s.decide(c, start, workflowID)
+	if err != nil {
+		s.unavailable(c, fmt.Errorf("cancel enrollment %s: %w", id, err))
+		return
+	}
+	if decision.Status == workflows.StatusRefused {
+		if decision.Refusal == workflows.RefusalEnrollmentPending {
+			c.Header("Retry-After", "1")
+		}
+		writeError(c, refusalStatus[decision.Refusal], string(decision.Refusal), decision.Message, "")
+		return
+	}
+	got, err := s.loadEnrollment(c, id)
+	if err != nil {
+		s.internalError(c, err)
+		return
+	}
+	got.WorkflowURL = s.runURL(got.WorkflowID, got.RunID)
+	c.JSON(http.StatusOK, got)
+}

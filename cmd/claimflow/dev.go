@@ -1,0 +1,52 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+)
+
+func runDev(ctx context.Context, cfg config, log *slog.Logger, args []string) error {
+	fs := flag.NewFlagSet("dev", flag.ContinueOnError)
+	var o stackOptions
+	fs.StringVar(&o.DataDir, "data-dir", ".claimflow", "where Temporal, Kafka and Postgres keep their data across restarts")
+	fs.StringVar(&o.HTTPAddr, "http-addr", "127.0.0.1:8080", "API listen address")
+	fs.IntVar(&o.TemporalPort, "temporal-port", 7233, "Temporal gRPC port")
+	fs.IntVar(&o.UIPort, "ui-port", 8233, "Temporal Web UI port")
+	fs.IntVar(&o.KafkaPort, "kafka-port", 9092, "Kafka (kfake) port")
+	fs.IntVar(&o.PGPort, "pg-port", 55432, "port of the private PostgreSQL cluster (unused when DATABASE_URL is set)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	o.DatabaseURL = os.Getenv("DATABASE_URL")
+	o.Progress = os.Stderr
+
+	began := time.Now()
+	s, err := startStack(ctx, cfg, log, o)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("%s (started in %s)\n", s.readyLine(), time.Since(began).Round(time.Millisecond))
+	fmt.Fprintf(os.Stderr, "try: curl -s -XPOST %s/v1/courses -H 'content-type: application/json' -d '{\"id\":\"cs101\",\"title\":\"Intro\",\"capacity\":20}'\n",
+		"http://"+s.API.Addr)
+	fmt.Fprintln(os.Stderr, "stop with Ctrl-C (SIGINT) or SIGTERM")
+
+	select {
+	case <-ctx.Done():
+	case <-s.API.done:
+		log.Error("API stopped unexpectedly", "error", s.API.err)
+	case <-s.Temporal.Done():
+		log.Error("Temporal dev server exited unexpectedly; see its log", "log", s.Temporal.LogFile)
+	}
+	fmt.Fprintln(os.Stderr, "shutting down...")
+	stopCtx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout+15*time.Second)
+	defer cancel()
+	if err := s.Stop(stopCtx); err != nil {
+		return fmt.Errorf("shut down: %w", err)
+	}
+	fmt.Fprintln(os.Stderr, "stopped cleanly")
+	return nil
+}

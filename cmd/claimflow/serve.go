@@ -1,0 +1,220 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/IBM/sarama"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.temporal.io/sdk/client"
+	temporallog "go.temporal.io/sdk/log"
+	sdkworker "go.temporal.io/sdk/worker"
+
+	"github.com/claimflow/claimflow/activities"
+	"github.com/claimflow/claimflow/api"
+	"github.com/claimflow/claimflow/worker"
+)
+
+func kafkaConfig(cfg config, clientID string) activities.KafkaConfig {
+	return activities.KafkaConfig{Brokers: cfg.KafkaBrokers, Version: cfg.KafkaVersion, ClientID: clientID}
+}
+
+func openDB(ctx context.Context, cfg config, maxConns int32) (*pgxpool.Pool, error) {
+	pc, err := pgxpool.ParseConfig(cfg.DatabaseURL)
+	if err != nil {
+		return nil, fmt.Errorf("DATABASE_URL: %w", err)
+	}
+	pc.MaxConns = maxConns
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		return nil, fmt.Errorf("connect to Postgres: %w", err)
+	}
+	pingCtx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	if err := pool.Ping(pingCtx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("reach Postgres at %s: %w", pc.ConnConfig.Host, err)
+	}
+	return pool, nil
+}
+
+func dialTemporal(ctx context.Context, cfg config, log *slog.Logger) (client.Client, error) {
+	c, err := client.DialContext(ctx, client.Options{
+		HostPort:  cfg.TemporalAddress,
+		Namespace: cfg.Namespace,
+		Logger:    temporallog.NewStructuredLogger(log.With("component", "temporal-sdk")),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("connect to Temporal at %s: %w", cfg.TemporalAddress, err)
+	}
+	return c, nil
+}
+
+// apiService is a running HTTP API.
+type apiService struct {
+	server *http.Server
+	done   chan struct{} // closed when Serve returned; err says why
+	err    error
+	Addr   string
+}
+
+// startAPI serves the API on cfg.HTTPAddr until Stop.
+func startAPI(cfg config, log *slog.Logger, pool *pgxpool.Pool, tc client.Client) (*apiService, error) {
+	handler := api.New(api.Config{
+		Temporal:  tc,
+		DB:        pool,
+		Log:       log.With("component", "api"),
+		UIURL:     cfg.TemporalUIURL,
+		Namespace: cfg.Namespace,
+		Checks: map[string]api.Check{
+			"postgres": pool.Ping,
+			"temporal": func(ctx context.Context) error {
+				_, err := tc.CheckHealth(ctx, &client.CheckHealthRequest{})
+				return err
+			},
+			"kafka": func(ctx context.Context) error {
+				return activities.Ping(ctx, kafkaConfig(cfg, "claimflow-readyz"))
+			},
+		},
+	})
+	ln, err := net.Listen("tcp", cfg.HTTPAddr)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s (HTTP_ADDR): %w", cfg.HTTPAddr, err)
+	}
+	s := &apiService{
+		server: &http.Server{
+			Handler:           handler,
+			ReadHeaderTimeout: 5 * time.Second,
+			ReadTimeout:       10 * time.Second,
+			WriteTimeout:      40 * time.Second,
+			IdleTimeout:       120 * time.Second,
+		},
+		done: make(chan struct{}),
+		Addr: ln.Addr().String(),
+	}
+	go func() {
+		defer close(s.done)
+		if err := s.server.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			s.err = err
+		}
+	}()
+	log.Info("API listening", "addr", "http://"+s.Addr)
+	return s, nil
+}
+
+// Stop lets in-flight requests finish, up to ctx.
+func (s *apiService) Stop(ctx context.Context) error {
+	err := s.server.Shutdown(ctx)
+	<-s.done
+	return errors.Join(err, s.err)
+}
+
+// workerService is a running Temporal worker with its Kafka producer.
+type workerService struct {
+	w        sdkworker.Worker
+	producer sarama.SyncProducer
+}
+
+func startWorker(cfg config, log *slog.Logger, pool *pgxpool.Pool, tc client.Client) (*workerService, error) {
+	if err := worker.CheckActivities(); err != nil {
+		return nil, err
+	}
+	producer, err := activities.NewProducer(kafkaConfig(cfg, "claimflow-worker"))
+	if err != nil {
+		return nil, err
+	}
+	acts := &activities.Activities{DB: pool, Producer: producer, Log: log.With("component", "activities")}
+	w := worker.New(tc, acts, worker.Options{MaxConcurrentActivities: cfg.MaxActivities})
+	if err := w.Start(); err != nil {
+		_ = producer.Close()
+		return nil, fmt.Errorf("start worker: %w", err)
+	}
+	log.Info("worker polling", "task_queue", "claimflow")
+	return &workerService{w: w, producer: producer}, nil
+}
+
+// Stop waits for in-flight activities (bounded by the worker's stop timeout)
+// before closing the producer they publish with.
+func (s *workerService) Stop() error {
+	s.w.Stop()
+	return s.producer.Close()
+}
+
+func runAPICommand(ctx context.Context, cfg config, log *slog.Logger, args []string) error {
+	fs := flag.NewFlagSet("api", flag.ContinueOnError)
+	migrate := fs.Bool("migrate", true, "apply database migrations before serving")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	pool, err := openDB(ctx, cfg, 32)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if *migrate {
+		if err := activities.Migrate(ctx, pool, log); err != nil {
+			return err
+		}
+	}
+	tc, err := dialTemporal(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer tc.Close()
+	svc, err := startAPI(cfg, log, pool, tc)
+	if err != nil {
+		return err
+	}
+	select {
+	case <-ctx.Done():
+	case <-svc.done:
+		return fmt.Errorf("API stopped serving: %w", svc.err)
+	}
+	log.Info("shutting down API")
+	stopCtx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+	defer cancel()
+	return svc.Stop(stopCtx)
+}
+
+func runWorkerCommand(ctx context.Context, cfg config, log *slog.Logger, args []string) error {
+	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	pool, err := openDB(ctx, cfg, int32(min(cfg.MaxActivities, 64)))
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	tc, err := dialTemporal(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer tc.Close()
+	svc, err := startWorker(cfg, log, pool, tc)
+	if err != nil {
+		return err
+	}
+	<-ctx.Done()
+	log.Info("shutting down worker")
+	return svc.Stop()
+}
+
+func runMigrate(ctx context.Context, cfg config, log *slog.Logger, args []string) error {
+	fs := flag.NewFlagSet("migrate", flag.ContinueOnError)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	pool, err := openDB(ctx, cfg, 2)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	return activities.Migrate(ctx, pool, log)
+}

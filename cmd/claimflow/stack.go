@@ -1,0 +1,218 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.temporal.io/sdk/client"
+
+	"github.com/claimflow/claimflow/activities"
+	"github.com/claimflow/claimflow/deploy/devstack"
+	"github.com/claimflow/claimflow/workflows"
+)
+
+// stackOptions says where the local stack keeps its data and listens.
+type stackOptions struct {
+	DataDir      string
+	HTTPAddr     string
+	TemporalPort int
+	UIPort       int
+	KafkaPort    int
+	PGPort       int
+	// DatabaseURL, when set, is used instead of a private cluster.
+	DatabaseURL string
+	// Headless skips the Temporal Web UI (tests).
+	Headless bool
+	// Progress receives human-readable start-up messages.
+	Progress io.Writer
+}
+
+// topics are created at start; 12 partitions leave room for per-course
+// ordering across several consumers.
+var topics = []devstack.Topic{
+	{Name: workflows.EnrollmentTopic, Partitions: 12},
+	{Name: workflows.EnrollmentDLTTopic, Partitions: 1},
+}
+
+// stack is the whole system on one machine: Temporal dev server, kfake,
+// Postgres, and the API and worker in this process.
+type stack struct {
+	Config   config
+	Temporal *devstack.TemporalServer
+	Kafka    *devstack.Kafka
+	Postgres *devstack.Postgres // nil when DATABASE_URL was given
+	Pool     *pgxpool.Pool
+	Client   client.Client
+	API      *apiService
+	Worker   *workerService
+	log      *slog.Logger
+}
+
+// startStack starts every part and returns once the API answers. On error
+// it stops what it had started.
+func startStack(ctx context.Context, base config, log *slog.Logger, o stackOptions) (s *stack, err error) {
+	dataDir, err := filepath.Abs(o.DataDir)
+	if err != nil {
+		return nil, fmt.Errorf("data dir %q: %w", o.DataDir, err)
+	}
+	if err := os.MkdirAll(filepath.Join(dataDir, "logs"), 0o755); err != nil {
+		return nil, fmt.Errorf("create data dir: %w", err)
+	}
+	progress := o.Progress
+	if progress == nil {
+		progress = io.Discard
+	}
+	s = &stack{Config: base, log: log}
+	defer func() {
+		if err != nil {
+			stopCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if stopErr := s.Stop(stopCtx); stopErr != nil {
+				log.Warn("stopping a half-started stack", "error", stopErr)
+			}
+		}
+	}()
+
+	bin, err := devstack.TemporalCLI(ctx, progress)
+	if err != nil {
+		return s, err
+	}
+	fmt.Fprintln(progress, "starting Temporal dev server...")
+	s.Temporal, err = devstack.StartTemporal(ctx, devstack.TemporalOptions{
+		Binary:           bin,
+		DBFile:           filepath.Join(dataDir, "temporal.db"),
+		Port:             o.TemporalPort,
+		UIPort:           o.UIPort,
+		Namespace:        base.Namespace,
+		SearchAttributes: workflows.SearchAttributeTypes,
+		Headless:         o.Headless,
+		LogFile:          filepath.Join(dataDir, "logs", "temporal.log"),
+	})
+	if err != nil {
+		return s, err
+	}
+	s.Config.TemporalAddress = s.Temporal.Addr
+	s.Config.TemporalUIURL = s.Temporal.UIURL
+
+	fmt.Fprintln(progress, "starting Kafka (kfake)...")
+	s.Kafka, err = devstack.StartKafka(ctx, devstack.KafkaOptions{
+		DataDir: filepath.Join(dataDir, "kafka"),
+		Port:    o.KafkaPort,
+		Topics:  topics,
+	})
+	if err != nil {
+		return s, err
+	}
+	s.Config.KafkaBrokers = s.Kafka.Brokers
+
+	if o.DatabaseURL != "" {
+		s.Config.DatabaseURL = o.DatabaseURL
+	} else {
+		fmt.Fprintln(progress, "starting PostgreSQL...")
+		s.Postgres, err = devstack.StartPostgres(ctx, devstack.PostgresOptions{
+			DataDir: filepath.Join(dataDir, "pg"),
+			Port:    o.PGPort,
+			LogFile: filepath.Join(dataDir, "logs", "postgres.log"),
+		})
+		if err != nil {
+			return s, err
+		}
+		s.Config.DatabaseURL = s.Postgres.URL
+	}
+	s.Config.HTTPAddr = o.HTTPAddr
+
+	if err := s.startServices(ctx); err != nil {
+		return s, err
+	}
+	return s, nil
+}
+
+// startServices connects to the infrastructure and starts API and worker.
+func (s *stack) startServices(ctx context.Context) (err error) {
+	s.Pool, err = openDB(ctx, s.Config, 64)
+	if err != nil {
+		return err
+	}
+	if err := activities.Migrate(ctx, s.Pool, s.log); err != nil {
+		return err
+	}
+	s.Client, err = dialTemporal(ctx, s.Config, s.log)
+	if err != nil {
+		return err
+	}
+	s.Worker, err = startWorker(s.Config, s.log, s.Pool, s.Client)
+	if err != nil {
+		return err
+	}
+	s.API, err = startAPI(s.Config, s.log, s.Pool, s.Client)
+	return err
+}
+
+// stopServices stops API and worker, letting in-flight work finish.
+func (s *stack) stopServices(ctx context.Context) error {
+	var errs []error
+	if s.API != nil {
+		errs = append(errs, s.API.Stop(ctx))
+		s.API = nil
+	}
+	if s.Worker != nil {
+		errs = append(errs, s.Worker.Stop())
+		s.Worker = nil
+	}
+	if s.Client != nil {
+		s.Client.Close()
+		s.Client = nil
+	}
+	if s.Pool != nil {
+		s.Pool.Close()
+		s.Pool = nil
+	}
+	return errors.Join(errs...)
+}
+
+// Stop shuts everything down, services first so that no work is cut off by
+// its infrastructure disappearing.
+func (s *stack) Stop(ctx context.Context) error {
+	errs := []error{s.stopServices(ctx)}
+	if s.Temporal != nil {
+		errs = append(errs, s.Temporal.Stop(ctx))
+		s.Temporal = nil
+	}
+	if s.Kafka != nil {
+		s.Kafka.Close()
+		s.Kafka = nil
+	}
+	if s.Postgres != nil {
+		errs = append(errs, s.Postgres.Stop(ctx))
+		s.Postgres = nil
+	}
+	return errors.Join(errs...)
+}
+
+// readyLine is what `claimflow dev` prints once everything answers.
+func (s *stack) readyLine() string {
+	ui := s.Config.TemporalUIURL
+	if ui == "" {
+		ui = "(headless)"
+	}
+	return fmt.Sprintf("claimflow ready: api=http://%s ui=%s temporal=%s kafka=%s database=%s",
+		s.API.Addr, ui, s.Config.TemporalAddress, joinComma(s.Config.KafkaBrokers), s.Config.DatabaseURL)
+}
+
+func joinComma(xs []string) string {
+	out := ""
+	for i, x := range xs {
+		if i > 0 {
+			out += ","
+		}
+		out += x
+	}
+	return out
+}

@@ -1,0 +1,64 @@
+// Package worker hosts claimflow's workflows and activities on a Temporal
+// task queue. Scale out by running more worker processes against the same
+// Temporal cluster; the task queue balances them.
+package worker
+
+import (
+	"fmt"
+	"reflect"
+	"time"
+
+	"go.temporal.io/sdk/client"
+	sdkworker "go.temporal.io/sdk/worker"
+
+	"github.com/claimflow/claimflow/activities"
+	"github.com/claimflow/claimflow/workflows"
+)
+
+// Options tunes one worker process.
+type Options struct {
+	// MaxConcurrentActivities bounds the activities in flight, and with it
+	// the Postgres connections and Kafka sends this process holds.
+	MaxConcurrentActivities int
+}
+
+// New builds a worker with every workflow and activity registered. Start it
+// with Start, or Run to block until interrupted.
+func New(c client.Client, acts *activities.Activities, o Options) sdkworker.Worker {
+	w := sdkworker.New(c, workflows.TaskQueue, sdkworker.Options{
+		MaxConcurrentActivityExecutionSize: o.MaxConcurrentActivities,
+		// Let in-flight activities finish on SIGTERM before the process goes.
+		WorkerStopTimeout: 20 * time.Second,
+	})
+	Register(w, acts)
+	return w
+}
+
+// Registry is what both a worker and a replayer can register into.
+type Registry interface {
+	RegisterWorkflow(w any)
+}
+
+// RegisterWorkflows registers every claimflow workflow; the replayer uses it
+// too, so replays check exactly the code the worker runs.
+func RegisterWorkflows(r Registry) {
+	r.RegisterWorkflow(workflows.Enrollment)
+	r.RegisterWorkflow(workflows.Cancellation)
+}
+
+// Register registers workflows and activities on w.
+func Register(w sdkworker.Worker, acts *activities.Activities) {
+	RegisterWorkflows(w)
+	w.RegisterActivity(acts)
+}
+
+// CheckActivities fails when an activity a workflow names has no method on
+// Activities, which would otherwise surface only at run time.
+func CheckActivities() error {
+	for _, name := range workflows.ActivityNames {
+		if _, ok := reflect.TypeFor[*activities.Activities]().MethodByName(name); !ok {
+			return fmt.Errorf("workflows call activity %q but activities.Activities has no such method", name)
+		}
+	}
+	return nil
+}
