@@ -1,0 +1,573 @@
+package devstack
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"net/url"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// pgSuperuser owns the private cluster. Authentication is "trust" on
+// 127.0.0.1 only, so the URL needs no password.
+const pgSuperuser = "claimflow"
+
+// PostgresOptions configures StartPostgres.
+type PostgresOptions struct {
+	// DataDir holds the cluster (e.g. <data>/pg); created with initdb when
+	// it has no PG_VERSION yet. Required.
+	DataDir string
+	// Port on 127.0.0.1; default 55432 so it never clashes with a system
+	// PostgreSQL on 5432.
+	Port int
+	// Database to create if missing; default "claimflow".
+	Database string
+	// LogFile receives the server log (appended); default DataDir+".log".
+	LogFile string
+}
+
+// Postgres is a private PostgreSQL cluster started with pg_ctl.
+type Postgres struct {
+	// URL connects to Database as the superuser, e.g.
+	// postgres://claimflow@127.0.0.1:55432/claimflow?sslmode=disable
+	URL     string
+	Port    int
+	DataDir string
+	LogFile string
+	// Reused is true when a server left running on DataDir by an earlier
+	// run was adopted instead of started.
+	Reused bool
+
+	run pgRunner
+}
+
+// StartPostgres initializes the cluster if needed, starts it (or adopts one
+// already running on DataDir and Port), creates the database and returns
+// once it accepts queries. The server is a daemon: it outlives our process
+// until Stop, so a crashed `claimflow dev` leaves it running and the next
+// StartPostgres simply reuses it.
+func StartPostgres(ctx context.Context, o PostgresOptions) (*Postgres, error) {
+	started := time.Now()
+	if o.DataDir == "" {
+		return nil, errors.New("start postgres: PostgresOptions.DataDir is required")
+	}
+	dataDir, err := filepath.Abs(o.DataDir)
+	if err != nil {
+		return nil, fmt.Errorf("start postgres: %w", err)
+	}
+	if o.Port == 0 {
+		o.Port = 55432
+	}
+	if o.Database == "" {
+		o.Database = "claimflow"
+	}
+	if o.LogFile == "" {
+		o.LogFile = dataDir + ".log"
+	}
+	logFile, err := filepath.Abs(o.LogFile)
+	if err != nil {
+		return nil, fmt.Errorf("start postgres: %w", err)
+	}
+
+	run, err := newPGRunner()
+	if err != nil {
+		return nil, err
+	}
+	p := &Postgres{
+		URL:     pgURL(o.Port, o.Database),
+		Port:    o.Port,
+		DataDir: dataDir,
+		LogFile: logFile,
+		run:     run,
+	}
+
+	if err := run.prepareDir(ctx, dataDir, 0o700); err != nil {
+		return nil, err
+	}
+	if err := run.prepareLogFile(ctx, logFile); err != nil {
+		return nil, err
+	}
+	if _, err := os.Stat(filepath.Join(dataDir, "PG_VERSION")); errors.Is(err, fs.ErrNotExist) {
+		if err := p.initdb(ctx); err != nil {
+			return nil, err
+		}
+	} else if err != nil {
+		return nil, fmt.Errorf("inspect postgres data dir %s: %w", dataDir, err)
+	}
+
+	ready, err := p.adoptRunning(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if !ready {
+		if err := p.start(ctx); err != nil {
+			return nil, err
+		}
+	}
+	if err := p.waitReady(ctx); err != nil {
+		return nil, err
+	}
+	if err := p.ensureDatabase(ctx, o.Database); err != nil {
+		return nil, err
+	}
+	slog.InfoContext(ctx, "postgres ready", "url", p.URL, "data", dataDir, "log", logFile,
+		"reused", p.Reused, "took", time.Since(started).Round(time.Millisecond))
+	return p, nil
+}
+
+func pgURL(port int, db string) string {
+	return fmt.Sprintf("postgres://%s@127.0.0.1:%d/%s?sslmode=disable", pgSuperuser, port, url.PathEscape(db))
+}
+
+func (p *Postgres) initdb(ctx context.Context) error {
+	t := time.Now()
+	out, err := p.run.output(ctx, "initdb",
+		"-D", p.DataDir,
+		"-U", pgSuperuser,
+		"--auth=trust",
+		// C collation: identical sort order on every machine, and
+		// no dependency on which locales happen to be installed.
+		"--no-locale", "--encoding=UTF8",
+		"--no-instructions")
+	if err != nil {
+		return fmt.Errorf("initdb %s: %w\n%s\n(if the directory is left over from an interrupted initdb, delete it and retry)",
+			p.DataDir, err, trimOutput(out))
+	}
+	slog.InfoContext(ctx, "postgres cluster created", "data", p.DataDir, "took", time.Since(t).Round(time.Millisecond))
+	return nil
+}
+
+// adoptRunning deals with a postmaster.pid left in DataDir, typically by a
+// crashed `claimflow dev` (pg_ctl daemonizes the server, so it survives us)
+// or by a reboot. A live server that answers on our port is reused; a live
+// one on another port is restarted with our settings.
+func (p *Postgres) adoptRunning(ctx context.Context) (bool, error) {
+	pidFile := filepath.Join(p.DataDir, "postmaster.pid")
+	switch state, pid := p.postmasterState(ctx); state {
+	case pmNone, pmDead:
+		// For a dead pid postgres itself validates the stale lock file,
+		// including that no orphaned backend still holds shared memory.
+		return false, nil
+	case pmImpostor:
+		// After a reboot or container restart the recorded pid can
+		// belong to an unrelated process; postgres would refuse to start
+		// ("lock file already exists") and pg_ctl stop would signal
+		// that process. Neither is acceptable, so drop the file.
+		slog.WarnContext(ctx, "removing stale postgres lock files whose pid now belongs to another process", "file", pidFile, "pid", pid)
+		if err := os.Remove(pidFile); err != nil {
+			return false, fmt.Errorf("remove stale %s (pid %d is not a postgres server): %w", pidFile, pid, err)
+		}
+		// The socket lock file records the same pid and gets the same
+		// liveness check, so it would block the start just as well.
+		sockLock := filepath.Join(p.socketDir(), fmt.Sprintf(".s.PGSQL.%d.lock", p.Port))
+		if b, err := os.ReadFile(sockLock); err == nil && firstLineInt(b) == pid {
+			if err := os.Remove(sockLock); err != nil {
+				return false, fmt.Errorf("remove stale %s: %w", sockLock, err)
+			}
+		}
+		return false, nil
+	}
+	pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	err := p.servesDataDir(pctx)
+	cancel()
+	if err == nil {
+		slog.InfoContext(ctx, "reusing postgres already running on this data dir", "data", p.DataDir, "port", p.Port)
+		p.Reused = true
+		return true, nil
+	}
+	slog.WarnContext(ctx, "postgres runs on this data dir but does not answer on the wanted port; restarting it", "data", p.DataDir, "port", p.Port, "err", err)
+	if err := p.Stop(ctx); err != nil {
+		return false, err
+	}
+	return false, nil
+}
+
+// servesDataDir checks that the server answering on our port is the one
+// running on our data dir, not an unrelated cluster that took the port.
+func (p *Postgres) servesDataDir(ctx context.Context) error {
+	conn, err := pgx.Connect(ctx, pgURL(p.Port, "postgres"))
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	var dir string
+	if err := conn.QueryRow(ctx, "SHOW data_directory").Scan(&dir); err != nil {
+		return err
+	}
+	if !sameDir(dir, p.DataDir) {
+		return fmt.Errorf("port %d is served by the cluster in %s", p.Port, dir)
+	}
+	return nil
+}
+
+type pmState int
+
+const (
+	pmNone     pmState = iota // no postmaster.pid
+	pmDead                    // recorded pid no longer exists
+	pmImpostor                // recorded pid is alive but not a postgres server
+	pmRunning                 // a postgres server owns the data dir
+)
+
+// postmasterState classifies the process recorded in postmaster.pid.
+func (p *Postgres) postmasterState(ctx context.Context) (pmState, int) {
+	b, err := os.ReadFile(filepath.Join(p.DataDir, "postmaster.pid"))
+	if errors.Is(err, fs.ErrNotExist) {
+		return pmNone, 0
+	}
+	if err != nil {
+		// Unreadable: let pg_ctl, running as the owner, decide.
+		return p.pgctlState(ctx), 0
+	}
+	pid := firstLineInt(b)
+	if pid <= 0 {
+		return pmImpostor, 0 // a torn file from a crash during startup
+	}
+	if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
+		return pmDead, pid
+	}
+	if waitReaped(ctx, pid, 5*time.Second) {
+		return pmDead, pid
+	}
+	// The postmaster's working directory is its data dir: a reliable
+	// identity check that survives pid reuse.
+	if cwd, err := os.Readlink(fmt.Sprintf("/proc/%d/cwd", pid)); err == nil {
+		if sameDir(cwd, p.DataDir) {
+			return pmRunning, pid
+		}
+		return pmImpostor, pid
+	}
+	if isZombie(pid) {
+		// Killed and still not reaped (some container inits never
+		// reap): it holds nothing, but postgres would see a live pid.
+		return pmImpostor, pid
+	}
+	if _, err := os.Stat("/proc/self"); err != nil {
+		return p.pgctlState(ctx), pid // no procfs: trust pg_ctl
+	}
+	if cmd, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); err == nil && bytes.Contains(cmd, []byte("postgres")) {
+		return pmRunning, pid
+	}
+	return pmImpostor, pid
+}
+
+func (p *Postgres) pgctlState(ctx context.Context) pmState {
+	if p.running(ctx) {
+		return pmRunning
+	}
+	return pmDead
+}
+
+func sameDir(a, b string) bool {
+	ea, err1 := filepath.EvalSymlinks(a)
+	eb, err2 := filepath.EvalSymlinks(b)
+	if err1 != nil || err2 != nil {
+		return filepath.Clean(a) == filepath.Clean(b)
+	}
+	return ea == eb
+}
+
+func firstLineInt(b []byte) int {
+	first, _, _ := strings.Cut(string(b), "\n")
+	n, err := strconv.Atoi(strings.TrimSpace(first))
+	if err != nil {
+		return -1
+	}
+	return n
+}
+
+// waitReaped gives a just-killed postmaster, now a zombie, a moment to be
+// reaped by init, which is the normal end of a crash. It returns false at
+// once for a process that is not a zombie.
+func waitReaped(ctx context.Context, pid int, limit time.Duration) bool {
+	deadline := time.Now().Add(limit)
+	for isZombie(pid) && time.Now().Before(deadline) && ctx.Err() == nil {
+		time.Sleep(20 * time.Millisecond)
+		if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
+			return true
+		}
+	}
+	return false
+}
+
+func isZombie(pid int) bool {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	return err == nil && procIsZombie(stat)
+}
+
+// procIsZombie reads the state field of /proc/<pid>/stat, which follows the
+// parenthesised command name (itself possibly containing spaces or ')').
+func procIsZombie(stat []byte) bool {
+	i := bytes.LastIndexByte(stat, ')')
+	return i >= 0 && i+2 < len(stat) && stat[i+2] == 'Z'
+}
+
+// running asks pg_ctl whether a postmaster owns DataDir (exit status 0).
+func (p *Postgres) running(ctx context.Context) bool {
+	_, err := p.run.output(ctx, "pg_ctl", "status", "-D", p.DataDir)
+	return err == nil
+}
+
+func (p *Postgres) start(ctx context.Context) error {
+	sockDir := p.socketDir()
+	if err := p.run.prepareDir(ctx, sockDir, 0o700); err != nil {
+		return fmt.Errorf("create postgres socket dir: %w", err)
+	}
+	serverOpts := fmt.Sprintf("-p %d -c listen_addresses=127.0.0.1 -k %s", p.Port, shellQuote(sockDir))
+	out, err := p.run.output(ctx, "pg_ctl", "start",
+		"-D", p.DataDir,
+		"-l", p.LogFile,
+		"-o", serverOpts,
+		"-w", "-t", strconv.Itoa(int(startTimeout/time.Second)))
+	if err != nil {
+		return withTail(fmt.Errorf("pg_ctl start -D %s on port %d: %w\n%s\n(if the port is in use, stop the other server or choose another port)",
+			p.DataDir, p.Port, err, trimOutput(out)), p.LogFile)
+	}
+	return nil
+}
+
+// socketDir returns where the server puts its unix socket. The data dir is
+// the natural place, but sun_path holds only 107 bytes, and t.TempDir() or a
+// deep checkout easily exceeds that; then a short per-data-dir /tmp path is
+// used. The socket is only a convenience for psql: clients use TCP.
+func (p *Postgres) socketDir() string {
+	const sunPathMax = 107
+	sockName := fmt.Sprintf(".s.PGSQL.%d.lock", p.Port) // the longest name postgres puts there
+	if len(p.DataDir)+1+len(sockName) <= sunPathMax {
+		return p.DataDir
+	}
+	sum := sha256.Sum256([]byte(p.DataDir))
+	return "/tmp/claimflow-pg-" + hex.EncodeToString(sum[:6])
+}
+
+func (p *Postgres) waitReady(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, startTimeout)
+	defer cancel()
+	err := poll(ctx, 50*time.Millisecond, func(ctx context.Context) error {
+		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		return pingURL(pctx, pgURL(p.Port, "postgres"))
+	})
+	if err != nil {
+		return withTail(fmt.Errorf("postgres on 127.0.0.1:%d never accepted queries: %w", p.Port, err), p.LogFile)
+	}
+	return nil
+}
+
+func (p *Postgres) ensureDatabase(ctx context.Context, db string) error {
+	conn, err := pgx.Connect(ctx, pgURL(p.Port, "postgres"))
+	if err != nil {
+		return fmt.Errorf("connect to postgres to create database %q: %w", db, err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	var exists bool
+	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)", db).Scan(&exists); err != nil {
+		return fmt.Errorf("check whether database %q exists: %w", db, err)
+	}
+	if exists {
+		return nil
+	}
+	_, err = conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{db}.Sanitize())
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "42P04" { // duplicate_database: a concurrent start won
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("create database %q: %w", db, err)
+	}
+	slog.InfoContext(ctx, "postgres database created", "database", db)
+	return nil
+}
+
+func pingURL(ctx context.Context, connString string) error {
+	conn, err := pgx.Connect(ctx, connString)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	return conn.Ping(ctx)
+}
+
+// Stop shuts the server down with pg_ctl's fast mode: open sessions are
+// disconnected, committed data is checkpointed. Stopping a server that is
+// not running is not an error.
+func (p *Postgres) Stop(ctx context.Context) error {
+	if p == nil {
+		return nil
+	}
+	if !p.running(ctx) {
+		return nil
+	}
+	out, err := p.run.output(ctx, "pg_ctl", "stop", "-D", p.DataDir, "-m", "fast", "-w", "-t", "60")
+	if err != nil {
+		if !p.running(ctx) {
+			return nil
+		}
+		return fmt.Errorf("pg_ctl stop -D %s: %w\n%s", p.DataDir, err, trimOutput(out))
+	}
+	if dir := p.socketDir(); dir != p.DataDir {
+		_ = os.Remove(dir) // only if empty: postgres removed its socket
+	}
+	return nil
+}
+
+// pgRunner runs the PostgreSQL tools, as the `postgres` system user when we
+// are root: initdb and postgres refuse to run as root.
+type pgRunner struct {
+	cred *syscall.Credential // nil: run as ourselves
+	home string
+}
+
+func newPGRunner() (pgRunner, error) {
+	if os.Geteuid() != 0 {
+		return pgRunner{}, nil
+	}
+	u, err := user.Lookup("postgres")
+	if err != nil {
+		return pgRunner{}, fmt.Errorf("running as root, and PostgreSQL refuses to run as root; no `postgres` system user to run it as (%w): create one (useradd --system postgres) or run as a normal user", err)
+	}
+	uid, err1 := strconv.ParseUint(u.Uid, 10, 32)
+	gid, err2 := strconv.ParseUint(u.Gid, 10, 32)
+	if err := errors.Join(err1, err2); err != nil {
+		return pgRunner{}, fmt.Errorf("parse uid/gid of the postgres user: %w", err)
+	}
+	return pgRunner{
+		cred: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: []uint32{}},
+		home: u.HomeDir,
+	}, nil
+}
+
+func (r pgRunner) output(ctx context.Context, name string, args ...string) ([]byte, error) {
+	path, err := exec.LookPath(name)
+	if err != nil {
+		return nil, fmt.Errorf("%s not found on PATH: install the PostgreSQL server binaries (e.g. apt-get install postgresql-15) and put their bin dir on PATH: %w", name, err)
+	}
+	cmd := exec.CommandContext(ctx, path, args...)
+	// The tools chdir-check their working directory; ours may be
+	// unreadable for the postgres user (e.g. under /root).
+	cmd.Dir = "/"
+	cmd.Env = os.Environ()
+	if r.cred != nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: r.cred}
+		cmd.Env = append(cmd.Env, "HOME="+r.home, "USER=postgres", "LOGNAME=postgres")
+	}
+	var out bytes.Buffer
+	cmd.Stdout = &out
+	cmd.Stderr = &out
+	// pg_ctl start leaves a daemon behind; should it ever inherit our
+	// pipes, do not wait for it to close them.
+	cmd.WaitDelay = 5 * time.Second
+	err = cmd.Run()
+	return out.Bytes(), err
+}
+
+// prepareDir creates dir with perm. As root it also hands the directory
+// (and the parents it had to create) to the postgres user and makes sure
+// that user can traverse every ancestor, which a 0700 t.TempDir() parent or
+// /root does not allow.
+func (r pgRunner) prepareDir(ctx context.Context, dir string, perm fs.FileMode) error {
+	var created []string
+	for d := dir; ; d = filepath.Dir(d) {
+		if _, err := os.Stat(d); err == nil {
+			break
+		} else if !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("inspect %s: %w", d, err)
+		}
+		created = append(created, d)
+		if filepath.Dir(d) == d {
+			break
+		}
+	}
+	if err := os.MkdirAll(dir, perm); err != nil {
+		return fmt.Errorf("create %s: %w", dir, err)
+	}
+	if r.cred == nil {
+		return nil
+	}
+	uid, gid := int(r.cred.Uid), int(r.cred.Gid)
+	st, err := os.Stat(dir)
+	if err != nil {
+		return fmt.Errorf("inspect %s: %w", dir, err)
+	}
+	if sys, ok := st.Sys().(*syscall.Stat_t); ok && int(sys.Uid) != uid {
+		if entries, _ := os.ReadDir(dir); len(entries) > 0 {
+			return fmt.Errorf("%s is not empty and not owned by the postgres user, who must own it when running as root: chown -R postgres: %s", dir, dir)
+		}
+		if !slices.Contains(created, dir) {
+			created = append(created, dir)
+		}
+	}
+	for _, d := range created {
+		if err := os.Chown(d, uid, gid); err != nil {
+			return fmt.Errorf("chown %s to the postgres user: %w", d, err)
+		}
+	}
+	if err := os.Chmod(dir, perm); err != nil {
+		return fmt.Errorf("chmod %s: %w", dir, err)
+	}
+	return r.ensureTraversable(ctx, filepath.Dir(dir))
+}
+
+// ensureTraversable adds the search (x) bit for others on ancestors of dir
+// that the postgres user could not otherwise enter. Only search, not read:
+// names in those directories stay unlistable.
+func (r pgRunner) ensureTraversable(ctx context.Context, dir string) error {
+	for d := dir; ; d = filepath.Dir(d) {
+		st, err := os.Stat(d)
+		if err != nil {
+			return fmt.Errorf("inspect %s: %w", d, err)
+		}
+		sys, ok := st.Sys().(*syscall.Stat_t)
+		mode := st.Mode().Perm()
+		canEnter := mode&0o001 != 0 ||
+			(ok && sys.Uid == r.cred.Uid && mode&0o100 != 0) ||
+			(ok && sys.Gid == r.cred.Gid && mode&0o010 != 0)
+		if !canEnter {
+			slog.WarnContext(ctx, "letting the postgres user traverse a directory (adding o+x) so it can reach its data dir", "dir", d, "mode", mode.String())
+			if err := os.Chmod(d, st.Mode()|0o001); err != nil {
+				return fmt.Errorf("%s is not traversable by the postgres user and chmod o+x failed: %w", d, err)
+			}
+		}
+		if filepath.Dir(d) == d {
+			return nil
+		}
+	}
+}
+
+// prepareLogFile creates the log file so that, as root, the postgres user
+// (which pg_ctl runs as) can append to it wherever it lives.
+func (r pgRunner) prepareLogFile(ctx context.Context, path string) error {
+	f, err := openAppend(path)
+	if err != nil {
+		return err
+	}
+	f.Close()
+	if r.cred != nil {
+		if err := os.Chown(path, int(r.cred.Uid), int(r.cred.Gid)); err != nil {
+			return fmt.Errorf("chown %s to the postgres user: %w", path, err)
+		}
+		return r.ensureTraversable(ctx, filepath.Dir(path))
+	}
+	return nil
+}
+
+// shellQuote quotes s for the /bin/sh that pg_ctl hands -o options to.
+func shellQuote(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
