@@ -94,6 +94,10 @@ func (s *server) enroll(c *gin.Context) {
 		s.unavailable(c, fmt.Errorf("enroll %s in %s: %w", req.StudentID, courseID, err))
 		return
 	}
+	if decision.Status == workflows.StatusFailed {
+		s.internalError(c, fmt.Errorf("enroll %s in %s: %s", req.StudentID, courseID, decision.Message))
+		return
+	}
 	if decision.Status == workflows.StatusRefused {
 		status, ok := refusalStatus[decision.Refusal]
 		if !ok {
@@ -230,6 +234,10 @@ func (s *server) cancelEnrollment(c *gin.Context) {
 	decision, _, err := s.decide(c, start, workflowID)
 	if err != nil {
 		s.unavailable(c, fmt.Errorf("cancel enrollment %s: %w", id, err))
+		return
+	}
+	if decision.Status == workflows.StatusFailed {
+		s.internalError(c, fmt.Errorf("cancel enrollment %s: %s", id, decision.Message))
 		return
 	}
 	if decision.Status == workflows.StatusRefused {

@@ -37,6 +37,11 @@ func Cancellation(ctx workflow.Context, in CancellationInput) (EnrollmentState, 
 	}
 
 	err := runCancellation(ctx, in, &state, setStatus, func(d Decision) { decision = &d })
+	if decision == nil {
+		d := undecided(in.EnrollmentID, err)
+		decision = &d
+		setStatus(ctx, StatusFailed)
+	}
 	_ = workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) })
 	return state, err
 }
@@ -86,5 +91,5 @@ func runCancellation(ctx workflow.Context, in CancellationInput, state *Enrollme
 		setStatus(ctx, StatusCancelled)
 		return resolveDeadLetter(ctx, state.DeadLetterID, DeadLetterDiscarded)
 	}
-	return resolveDeadLetter(ctx, state.DeadLetterID, DeadLetterResolved)
+	return nil
 }

@@ -166,9 +166,22 @@ func Enrollment(ctx workflow.Context, in EnrollmentInput) (EnrollmentState, erro
 		return e.state, err
 	}
 	err := e.run(ctx)
+	if e.decision == nil {
+		// The run ends without a decision (a fault that is not a refusal, or
+		// an operator's cancel): callers waiting on it must hear so.
+		e.decide(ctx, undecided(e.in.EnrollmentID, err))
+	}
 	// Every caller waiting on the decision gets it before the run closes.
 	_ = workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) })
 	return e.state, err
+}
+
+func undecided(id string, err error) Decision {
+	msg := "the claim ended without a decision"
+	if err != nil {
+		msg += ": " + err.Error()
+	}
+	return Decision{EnrollmentID: id, Status: StatusFailed, Message: msg}
 }
 
 func (e *enrollment) registerHandlers(ctx workflow.Context) error {
@@ -184,7 +197,7 @@ func (e *enrollment) registerHandlers(ctx workflow.Context) error {
 			return Decision{}, err
 		}
 		d := *e.decision
-		if !first && d.Refusal == "" {
+		if !first && d.Status == StatusReserved {
 			// The seat is already this student's: a second claim gets the
 			// same answer the database would give once this run is over.
 			d = Decision{EnrollmentID: d.EnrollmentID, Status: StatusRefused, Refusal: RefusalAlreadyEnrolled,
@@ -215,10 +228,11 @@ func (e *enrollment) run(ctx workflow.Context) (err error) {
 	defer func() {
 		// A cancelled run (operator `temporal workflow cancel`) gives its seat back.
 		if temporal.IsCanceledError(err) && len(e.saga.compensations) > 0 {
-			if cerr := e.saga.compensate(ctx); cerr != nil {
+			dctx, cancel := workflow.NewDisconnectedContext(ctx)
+			defer cancel()
+			if cerr := e.fail(dctx); cerr != nil {
 				err = errors.Join(err, cerr)
 			}
-			e.state.Status = StatusFailed
 		}
 	}()
 	info := workflow.GetInfo(ctx)
@@ -269,31 +283,45 @@ func (e *enrollment) run(ctx workflow.Context) (err error) {
 		return err
 	}
 	if action == ActionCompensate {
-		if err := e.saga.compensate(ctx); err != nil {
-			return fmt.Errorf("compensate enrollment %s: %w", e.in.EnrollmentID, err)
-		}
-		e.setStatus(ctx, StatusFailed)
-		failed := Message{Topic: EnrollmentTopic, Key: e.in.CourseID, Event: Event{
-			ID:         EventID(e.in.EnrollmentID, EventEnrollmentFailed),
-			Type:       EventEnrollmentFailed,
-			OccurredAt: workflow.Now(ctx).UTC(),
-			Data:       e.eventData(),
-		}}
-		// Downstream must learn that the seat was given back; this publish
-		// retries until Kafka is back rather than dead-lettering again.
-		if err := workflow.ExecuteActivity(compensationOptions(ctx), ActivityPublish,
-			PublishInput{Message: failed}).Get(ctx, nil); err != nil {
-			return fmt.Errorf("publish %s: %w", failed.Event.ID, err)
-		}
-		return resolveDeadLetter(ctx, e.state.DeadLetterID, DeadLetterCompensated)
+		return e.fail(ctx)
 	}
 
-	if err := workflow.ExecuteActivity(dbCtx, ActivityMarkConfirmed, e.in.EnrollmentID).Get(ctx, nil); err != nil {
+	// enrollment.confirmed is out: the seat is the student's. Nothing is
+	// compensated any more, and the run finishes even if cancelled now.
+	e.saga.compensations = nil
+	cctx, cancel := workflow.NewDisconnectedContext(dbCtx)
+	defer cancel()
+	if err := workflow.ExecuteActivity(cctx, ActivityMarkConfirmed, e.in.EnrollmentID).Get(cctx, nil); err != nil {
 		return fmt.Errorf("mark %s confirmed: %w", e.in.EnrollmentID, err)
 	}
-	e.saga.compensations = nil
 	e.setStatus(ctx, StatusConfirmed)
-	return resolveDeadLetter(ctx, e.state.DeadLetterID, DeadLetterResolved)
+	return nil
+}
+
+// fail gives the seat back, tells downstream (if the seat had been granted)
+// and settles the dead letter. Both the operator's compensate and a
+// cancelled run end here; on cancel ctx is disconnected.
+func (e *enrollment) fail(ctx workflow.Context) error {
+	if err := e.saga.compensate(ctx); err != nil {
+		return fmt.Errorf("compensate enrollment %s: %w", e.in.EnrollmentID, err)
+	}
+	e.setStatus(ctx, StatusFailed)
+	if e.decision == nil || e.decision.Status != StatusReserved {
+		return nil
+	}
+	failed := Message{Topic: EnrollmentTopic, Key: e.in.CourseID, Event: Event{
+		ID:         EventID(e.in.EnrollmentID, EventEnrollmentFailed),
+		Type:       EventEnrollmentFailed,
+		OccurredAt: workflow.Now(ctx).UTC(),
+		Data:       e.eventData(),
+	}}
+	// Downstream must learn that the seat was given back; this publish
+	// retries until Kafka is back rather than dead-lettering again.
+	if err := workflow.ExecuteActivity(compensationOptions(ctx), ActivityPublish,
+		PublishInput{Message: failed}).Get(ctx, nil); err != nil {
+		return fmt.Errorf("publish %s: %w", failed.Event.ID, err)
+	}
+	return resolveDeadLetter(ctx, e.state.DeadLetterID, DeadLetterCompensated)
 }
 
 func (e *enrollment) eventData() map[string]any {
@@ -308,7 +336,8 @@ func (e *enrollment) eventData() map[string]any {
 // policy is exhausted it parks the message (a dead-letter row, a copy on the
 // .DLT topic, status dead_lettered) and waits for an operator: retry publishes
 // again with the same event ID, compensate returns ActionCompensate to the
-// caller. It returns "" once the message is published.
+// caller. It returns "" once the message is published (and any dead letter
+// it left on the way is resolved).
 func publishOrDeadLetter(ctx workflow.Context, state *EnrollmentState, msg Message, stampFor string,
 	setStatus func(workflow.Context, EnrollmentStatus)) (DeadLetterAction, error) {
 	info := workflow.GetInfo(ctx)
@@ -318,10 +347,13 @@ func publishOrDeadLetter(ctx workflow.Context, state *EnrollmentState, msg Messa
 		err := workflow.ExecuteActivity(publishOptions(ctx), ActivityPublish,
 			PublishInput{Message: msg, StampPublishedFor: stampFor}).Get(ctx, nil)
 		if err == nil {
-			if state.Status == StatusDeadLettered {
-				setStatus(ctx, statusBefore)
+			if state.DeadLetterID == 0 {
+				return "", nil
 			}
-			return "", nil
+			// Resolve before the caller moves on, so that whoever sees the
+			// enrollment confirmed also sees its dead letter resolved.
+			setStatus(ctx, statusBefore)
+			return "", resolveDeadLetter(ctx, state.DeadLetterID, DeadLetterResolved)
 		}
 		if temporal.IsCanceledError(err) {
 			return "", err
@@ -343,23 +375,38 @@ func publishOrDeadLetter(ctx workflow.Context, state *EnrollmentState, msg Messa
 		workflow.GetLogger(ctx).Error("event dead-lettered; waiting for an operator",
 			"event_id", msg.Event.ID, "dead_letter_id", record.ID, "error", state.LastError)
 
+		action, err := awaitOperator(ctx, deadLetters)
+		if err != nil {
+			return "", err
+		}
+		if action == ActionCompensate {
+			return ActionCompensate, nil
+		}
+		if err := resolveDeadLetter(ctx, record.ID, DeadLetterRetrying); err != nil {
+			return "", err
+		}
+	}
+}
+
+// awaitOperator blocks until an operator decides; a decision it does not know
+// (a typo on the CLI) is logged and ignored rather than guessed at.
+func awaitOperator(ctx workflow.Context, decisions workflow.ReceiveChannel) (DeadLetterAction, error) {
+	for {
 		var decision DeadLetterDecision
 		cancelled := false
 		sel := workflow.NewSelector(ctx)
-		sel.AddReceive(deadLetters, func(c workflow.ReceiveChannel, _ bool) { c.Receive(ctx, &decision) })
+		sel.AddReceive(decisions, func(c workflow.ReceiveChannel, _ bool) { c.Receive(ctx, &decision) })
 		sel.AddReceive(ctx.Done(), func(workflow.ReceiveChannel, bool) { cancelled = true })
 		sel.Select(ctx)
 		if cancelled {
 			return "", temporal.NewCanceledError()
 		}
 		switch decision.Action {
-		case ActionCompensate:
-			return ActionCompensate, nil
-		default:
-			if err := resolveDeadLetter(ctx, record.ID, DeadLetterRetrying); err != nil {
-				return "", err
-			}
+		case ActionRetry, ActionCompensate:
+			return decision.Action, nil
 		}
+		workflow.GetLogger(ctx).Warn("ignoring unknown dead-letter decision; send retry or compensate",
+			"action", decision.Action)
 	}
 }
 

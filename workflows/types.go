@@ -68,15 +68,18 @@ const (
 	RefusalEnrollmentInactive Refusal = "enrollment_not_active"
 )
 
-// Refuse builds the error an activity returns for a business refusal.
+// Refuse builds the error an activity returns for a business refusal. It is
+// benign: an expected answer, logged quietly and not counted as a failure.
 func Refuse(r Refusal, format string, args ...any) error {
-	return temporal.NewNonRetryableApplicationError(fmt.Sprintf(format, args...), string(r), nil)
+	return temporal.NewApplicationErrorWithOptions(fmt.Sprintf(format, args...), string(r),
+		temporal.ApplicationErrorOptions{NonRetryable: true, Category: temporal.ApplicationErrorCategoryBenign})
 }
 
 // RefusalWithHolder is a refusal that names the enrollment already holding
 // the claim, so the caller can be pointed at it.
 func RefusalWithHolder(r Refusal, holder, format string, args ...any) error {
-	return temporal.NewNonRetryableApplicationError(fmt.Sprintf(format, args...), string(r), nil, holder)
+	return temporal.NewApplicationErrorWithOptions(fmt.Sprintf(format, args...), string(r),
+		temporal.ApplicationErrorOptions{NonRetryable: true, Category: temporal.ApplicationErrorCategoryBenign, Details: []any{holder}})
 }
 
 type refused struct {

@@ -1,0 +1,526 @@
+package workflows_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/mock"
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/log"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/testsuite"
+
+	"github.com/claimflow/claimflow/workflows"
+)
+
+// fakeActivities is an in-memory stand-in for package activities. It keeps
+// the same contract as the Postgres/Kafka implementation: every activity is
+// idempotent on its key, and business refusals come back as
+// workflows.Refuse / workflows.RefusalWithHolder (non-retryable application
+// errors whose type is the refusal code).
+type fakeActivities struct {
+	mu sync.Mutex
+	// now is the workflow clock of the test environment the fake is
+	// registered with (env.Now), so effects are timestamped in workflow time.
+	now func() time.Time
+
+	capacity    map[string]int // course → seats; a course not here does not exist
+	enrolled    map[string]int // course → seats taken
+	enrollments map[string]*fakeEnrollment
+
+	// failPublish makes Publish fail for an event type: n > 0 fails the next
+	// n attempts, n < 0 fails every attempt.
+	failPublish map[string]int
+	// reserveErr and cancelErr, when set, are what ReserveSeat and
+	// CancelEnrollment return (a fault, not a refusal).
+	reserveErr, cancelErr error
+	// failMarkConfirmed makes the next n MarkConfirmed calls fail (Postgres down).
+	failMarkConfirmed int
+
+	calls           map[string]int
+	reserveInputs   []workflows.ReserveSeatInput
+	publishAttempts []publishAttempt
+	published       []workflows.Message // messages the broker acknowledged
+	dltCopies       []workflows.Message // copies sent to the .DLT topic
+	confirmed       []string            // MarkConfirmed calls
+	released        []string            // ReleaseSeat calls
+	cancelled       []string            // CancelEnrollment calls
+	deadLetterCalls []deadLetterCall
+	deadLetters     map[int64]*fakeDeadLetter
+	resolutions     []workflows.ResolveDeadLetterInput
+	nextDeadLetter  int64
+}
+
+type fakeEnrollment struct {
+	ID        string
+	CourseID  string
+	StudentID string
+	Status    workflows.EnrollmentStatus
+	// Published is published_at: stamped once the confirmed event was acked.
+	Published bool
+}
+
+type publishAttempt struct {
+	EventID   string
+	EventType string
+	Attempt   int32
+	At        time.Time
+	Failed    bool
+}
+
+type deadLetterCall struct {
+	In workflows.DeadLetterInput
+	At time.Time
+}
+
+type fakeDeadLetter struct {
+	ID           int64
+	Message      workflows.Message
+	EnrollmentID string
+	Rounds       int
+	State        workflows.DeadLetterState
+}
+
+// errBrokerDown is what a failing Publish returns: an ordinary (retryable)
+// error, as sarama returns when not enough replicas are in sync.
+var errBrokerDown = errors.New("kafka: messages are rejected since there are fewer in-sync replicas than required")
+
+func newFake() *fakeActivities {
+	return &fakeActivities{
+		now:            time.Now,
+		capacity:       map[string]int{},
+		enrolled:       map[string]int{},
+		enrollments:    map[string]*fakeEnrollment{},
+		failPublish:    map[string]int{},
+		calls:          map[string]int{},
+		deadLetters:    map[int64]*fakeDeadLetter{},
+		nextDeadLetter: 100,
+	}
+}
+
+// withCourse adds a course with capacity seats, taken of them already taken.
+func (f *fakeActivities) withCourse(id string, capacity, taken int) *fakeActivities {
+	f.capacity[id], f.enrolled[id] = capacity, taken
+	return f
+}
+
+// withEnrollment seeds an enrollment row; an active one takes a seat.
+func (f *fakeActivities) withEnrollment(id, course, student string, status workflows.EnrollmentStatus) *fakeActivities {
+	f.enrollments[id] = &fakeEnrollment{ID: id, CourseID: course, StudentID: student, Status: status,
+		Published: status == workflows.StatusConfirmed}
+	if active(status) {
+		f.enrolled[course]++
+	}
+	return f
+}
+
+// failPublishing makes the next n publishes of eventType fail (n < 0: all).
+func (f *fakeActivities) failPublishing(eventType string, n int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.failPublish[eventType] = n
+}
+
+func active(s workflows.EnrollmentStatus) bool {
+	return s == workflows.StatusReserved || s == workflows.StatusConfirmed || s == workflows.StatusDeadLettered
+}
+
+// byName maps every activity name to the fake's implementation.
+func (f *fakeActivities) byName() map[string]any {
+	return map[string]any{
+		workflows.ActivityReserveSeat:       f.ReserveSeat,
+		workflows.ActivityPublish:           f.Publish,
+		workflows.ActivityMarkConfirmed:     f.MarkConfirmed,
+		workflows.ActivityReleaseSeat:       f.ReleaseSeat,
+		workflows.ActivityRecordDeadLetter:  f.RecordDeadLetter,
+		workflows.ActivityResolveDeadLetter: f.ResolveDeadLetter,
+		workflows.ActivityCancelEnrollment:  f.CancelEnrollment,
+	}
+}
+
+// register registers the fake under every name in workflows.ActivityNames
+// and fails the test if the fake lacks one.
+func (f *fakeActivities) register(t *testing.T, env *testsuite.TestWorkflowEnvironment) {
+	t.Helper()
+	fns := f.byName()
+	for _, name := range workflows.ActivityNames {
+		fn, ok := fns[name]
+		require.Truef(t, ok, "fake has no activity %q", name)
+		env.RegisterActivityWithOptions(fn, activity.RegisterOptions{Name: name})
+	}
+	f.mu.Lock()
+	f.now = env.Now
+	f.mu.Unlock()
+}
+
+func (f *fakeActivities) called(name string) {
+	f.calls[name]++
+}
+
+func (f *fakeActivities) ReserveSeat(_ context.Context, in workflows.ReserveSeatInput) (workflows.ReserveSeatResult, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.called(workflows.ActivityReserveSeat)
+	f.reserveInputs = append(f.reserveInputs, in)
+	if f.reserveErr != nil {
+		return workflows.ReserveSeatResult{}, f.reserveErr
+	}
+	res := workflows.ReserveSeatResult{RecordedAt: f.now()}
+	if _, ok := f.capacity[in.CourseID]; !ok {
+		return workflows.ReserveSeatResult{}, workflows.Refuse(workflows.RefusalCourseNotFound, "course %q does not exist", in.CourseID)
+	}
+	if own, ok := f.enrollments[in.EnrollmentID]; ok {
+		// A retried reservation: our own row is there.
+		if own.Status == workflows.StatusFailed || own.Status == workflows.StatusCancelled {
+			return workflows.ReserveSeatResult{}, workflows.Refuse(workflows.RefusalEnrollmentInactive,
+				"enrollment %s is already %s", in.EnrollmentID, own.Status)
+		}
+		return res, nil
+	}
+	for _, e := range f.enrollments {
+		if e.CourseID == in.CourseID && e.StudentID == in.StudentID && active(e.Status) {
+			return workflows.ReserveSeatResult{}, workflows.RefusalWithHolder(workflows.RefusalAlreadyEnrolled, e.ID,
+				"student %q is already enrolled in %q", in.StudentID, in.CourseID)
+		}
+	}
+	if f.enrolled[in.CourseID] >= f.capacity[in.CourseID] {
+		return workflows.ReserveSeatResult{}, workflows.Refuse(workflows.RefusalCourseFull, "course %q has no seat left", in.CourseID)
+	}
+	f.enrolled[in.CourseID]++
+	f.enrollments[in.EnrollmentID] = &fakeEnrollment{ID: in.EnrollmentID, CourseID: in.CourseID,
+		StudentID: in.StudentID, Status: workflows.StatusReserved}
+	return res, nil
+}
+
+func (f *fakeActivities) Publish(ctx context.Context, in workflows.PublishInput) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.called(workflows.ActivityPublish)
+	attempt := publishAttempt{EventID: in.Message.Event.ID, EventType: in.Message.Event.Type,
+		Attempt: activity.GetInfo(ctx).Attempt, At: f.now()}
+	if n := f.failPublish[in.Message.Event.Type]; n != 0 {
+		if n > 0 {
+			f.failPublish[in.Message.Event.Type] = n - 1
+		}
+		attempt.Failed = true
+		f.publishAttempts = append(f.publishAttempts, attempt)
+		return fmt.Errorf("publish %s to %s: %w", in.Message.Event.ID, in.Message.Topic, errBrokerDown)
+	}
+	f.publishAttempts = append(f.publishAttempts, attempt)
+	f.published = append(f.published, in.Message)
+	if in.StampPublishedFor != "" {
+		if e, ok := f.enrollments[in.StampPublishedFor]; ok {
+			e.Published = true
+		}
+	}
+	return nil
+}
+
+func (f *fakeActivities) MarkConfirmed(_ context.Context, enrollmentID string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.called(workflows.ActivityMarkConfirmed)
+	if f.failMarkConfirmed > 0 {
+		f.failMarkConfirmed--
+		return errors.New("postgres: connection refused")
+	}
+	f.confirmed = append(f.confirmed, enrollmentID)
+	if e, ok := f.enrollments[enrollmentID]; ok &&
+		(e.Status == workflows.StatusReserved || e.Status == workflows.StatusDeadLettered) {
+		e.Status = workflows.StatusConfirmed
+	}
+	return nil
+}
+
+func (f *fakeActivities) ReleaseSeat(_ context.Context, in workflows.ReleaseSeatInput) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.called(workflows.ActivityReleaseSeat)
+	f.released = append(f.released, in.EnrollmentID)
+	e, ok := f.enrollments[in.EnrollmentID]
+	if !ok || (e.Status != workflows.StatusReserved && e.Status != workflows.StatusDeadLettered) {
+		return nil // releasing twice frees one seat
+	}
+	e.Status = workflows.StatusFailed
+	f.enrolled[e.CourseID]--
+	return nil
+}
+
+func (f *fakeActivities) RecordDeadLetter(_ context.Context, in workflows.DeadLetterInput) (workflows.DeadLetterRecord, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.called(workflows.ActivityRecordDeadLetter)
+	f.deadLetterCalls = append(f.deadLetterCalls, deadLetterCall{In: in, At: f.now()})
+	var dl *fakeDeadLetter
+	for _, d := range f.deadLetters {
+		if d.Message.Event.ID == in.Message.Event.ID {
+			dl = d
+		}
+	}
+	if dl == nil {
+		f.nextDeadLetter++
+		dl = &fakeDeadLetter{ID: f.nextDeadLetter, Message: in.Message, EnrollmentID: in.EnrollmentID}
+		f.deadLetters[dl.ID] = dl
+	}
+	dl.State = workflows.DeadLetterOpen
+	dl.Rounds = max(dl.Rounds, in.Round)
+	if e, ok := f.enrollments[in.EnrollmentID]; ok && e.Status == workflows.StatusReserved {
+		e.Status = workflows.StatusDeadLettered
+	}
+	copied := in.Message
+	copied.Topic += ".DLT"
+	f.dltCopies = append(f.dltCopies, copied)
+	return workflows.DeadLetterRecord{ID: dl.ID}, nil
+}
+
+func (f *fakeActivities) ResolveDeadLetter(_ context.Context, in workflows.ResolveDeadLetterInput) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.called(workflows.ActivityResolveDeadLetter)
+	f.resolutions = append(f.resolutions, in)
+	if dl, ok := f.deadLetters[in.ID]; ok {
+		dl.State = in.State
+	}
+	return nil
+}
+
+func (f *fakeActivities) CancelEnrollment(_ context.Context, in workflows.CancelEnrollmentInput) (workflows.CancelEnrollmentResult, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.called(workflows.ActivityCancelEnrollment)
+	f.cancelled = append(f.cancelled, in.EnrollmentID)
+	if f.cancelErr != nil {
+		return workflows.CancelEnrollmentResult{}, f.cancelErr
+	}
+	e, ok := f.enrollments[in.EnrollmentID]
+	if !ok {
+		return workflows.CancelEnrollmentResult{}, workflows.Refuse(workflows.RefusalEnrollmentNotFound,
+			"enrollment %s does not exist", in.EnrollmentID)
+	}
+	res := workflows.CancelEnrollmentResult{CourseID: e.CourseID, StudentID: e.StudentID, Status: e.Status}
+	switch e.Status {
+	case workflows.StatusCancelled:
+		return res, nil
+	case workflows.StatusReserved, workflows.StatusDeadLettered:
+		return workflows.CancelEnrollmentResult{}, workflows.Refuse(workflows.RefusalEnrollmentPending,
+			"enrollment %s is %s", in.EnrollmentID, e.Status)
+	case workflows.StatusFailed:
+		return workflows.CancelEnrollmentResult{}, workflows.Refuse(workflows.RefusalEnrollmentInactive,
+			"enrollment %s failed and holds no seat", in.EnrollmentID)
+	}
+	e.Status = workflows.StatusCancelled
+	f.enrolled[e.CourseID]--
+	res.Changed, res.Status = true, workflows.StatusCancelled
+	return res, nil
+}
+
+// Accessors copy under the lock; tests read them after the run.
+
+func (f *fakeActivities) callCount(name string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.calls[name]
+}
+
+func (f *fakeActivities) seatsTaken(course string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.enrolled[course]
+}
+
+func (f *fakeActivities) enrollment(id string) fakeEnrollment {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if e, ok := f.enrollments[id]; ok {
+		return *e
+	}
+	return fakeEnrollment{}
+}
+
+func (f *fakeActivities) publishedMessages() []workflows.Message {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.published)
+}
+
+func (f *fakeActivities) attemptsOf(eventType string) []publishAttempt {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []publishAttempt
+	for _, a := range f.publishAttempts {
+		if a.EventType == eventType {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+func (f *fakeActivities) deadLetterInputs() []deadLetterCall {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.deadLetterCalls)
+}
+
+func (f *fakeActivities) deadLetter(id int64) fakeDeadLetter {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if d, ok := f.deadLetters[id]; ok {
+		return *d
+	}
+	return fakeDeadLetter{}
+}
+
+func (f *fakeActivities) resolved() []workflows.ResolveDeadLetterInput {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.resolutions)
+}
+
+func (f *fakeActivities) releases() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.released)
+}
+
+func (f *fakeActivities) confirms() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.confirmed)
+}
+
+// ---- test environment helpers ----
+
+// testStart is the workflow clock at the start of every run.
+var testStart = time.Date(2026, 1, 5, 9, 0, 0, 0, time.UTC)
+
+func newEnv(t *testing.T, f *fakeActivities) (*testsuite.TestWorkflowEnvironment, *claimStatuses) {
+	t.Helper()
+	var s testsuite.WorkflowTestSuite
+	// The saga logs at error level when it dead-letters; keep test output quiet.
+	s.SetLogger(log.NewStructuredLogger(slog.New(slog.DiscardHandler)))
+	env := s.NewTestWorkflowEnvironment()
+	env.SetStartTime(testStart)
+	env.RegisterWorkflow(workflows.Enrollment)
+	env.RegisterWorkflow(workflows.Cancellation)
+	f.register(t, env)
+	return env, recordClaimStatus(env)
+}
+
+// claimStatuses records every value the run upserted into ClaimStatus, in order.
+type claimStatuses struct {
+	mu     sync.Mutex
+	values []string
+}
+
+func (c *claimStatuses) get() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.values)
+}
+
+func recordClaimStatus(env *testsuite.TestWorkflowEnvironment) *claimStatuses {
+	c := &claimStatuses{}
+	env.OnUpsertTypedSearchAttributes(mock.Anything).Return().Run(func(args mock.Arguments) {
+		sa := args.Get(0).(temporal.SearchAttributes)
+		if v, ok := sa.GetKeyword(workflows.SearchClaimStatus); ok {
+			c.mu.Lock()
+			c.values = append(c.values, v)
+			c.mu.Unlock()
+		}
+	})
+	return c
+}
+
+// decisionCall is what one UpdateDecision request got back.
+type decisionCall struct {
+	mu        sync.Mutex
+	accepted  bool
+	rejected  error
+	completed bool
+	decision  workflows.Decision
+	err       error
+}
+
+// sendDecision sends the decision update with updateID after delay.
+func sendDecision(env *testsuite.TestWorkflowEnvironment, updateID string, delay time.Duration) *decisionCall {
+	c := &decisionCall{}
+	env.RegisterDelayedCallback(func() {
+		env.UpdateWorkflow(workflows.UpdateDecision, updateID, &testsuite.TestUpdateCallback{
+			OnAccept: func() {
+				c.mu.Lock()
+				defer c.mu.Unlock()
+				c.accepted = true
+			},
+			OnReject: func(err error) {
+				c.mu.Lock()
+				defer c.mu.Unlock()
+				c.rejected = err
+			},
+			OnComplete: func(v any, err error) {
+				c.mu.Lock()
+				defer c.mu.Unlock()
+				c.completed, c.err = true, err
+				if err == nil {
+					d, ok := v.(workflows.Decision)
+					if !ok {
+						c.err = fmt.Errorf("update returned %T, want workflows.Decision", v)
+					}
+					c.decision = d
+				}
+			},
+		})
+	}, delay)
+	return c
+}
+
+// result asserts the update was accepted and completed without error and
+// returns its decision.
+func (c *decisionCall) result(t *testing.T) workflows.Decision {
+	t.Helper()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	require.NoError(t, c.rejected, "decision update rejected")
+	require.True(t, c.accepted, "decision update never accepted")
+	require.True(t, c.completed, "decision update never completed")
+	require.NoError(t, c.err, "decision update failed")
+	return c.decision
+}
+
+func queryStatus(t *testing.T, env *testsuite.TestWorkflowEnvironment) workflows.EnrollmentState {
+	t.Helper()
+	v, err := env.QueryWorkflow(workflows.QueryStatus)
+	require.NoError(t, err)
+	var s workflows.EnrollmentState
+	require.NoError(t, v.Get(&s))
+	return s
+}
+
+// signalAt sends a dead-letter decision at workflow time testStart+at,
+// first running before (e.g. to mend the fake broker).
+func signalAt(env *testsuite.TestWorkflowEnvironment, at time.Duration, action workflows.DeadLetterAction, before func()) {
+	env.RegisterDelayedCallback(func() {
+		if before != nil {
+			before()
+		}
+		env.SignalWorkflow(workflows.SignalDeadLetter, workflows.DeadLetterDecision{Action: action})
+	}, at)
+}
+
+func TestFakeCoversEveryActivityName(t *testing.T) {
+	var names []string
+	for name := range newFake().byName() {
+		names = append(names, name)
+	}
+	want := slices.Clone(workflows.ActivityNames)
+	sort.Strings(names)
+	sort.Strings(want)
+	require.Equal(t, want, names, "the fake must implement exactly the activities a worker provides")
+}
