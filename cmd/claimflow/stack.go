@@ -28,6 +28,10 @@ type stackOptions struct {
 	PGPort       int
 	// DatabaseURL, when set, is used instead of a private cluster.
 	DatabaseURL string
+	// KafkaBrokers, when set, name a real Kafka cluster to use instead of
+	// kfake; KafkaReplicas is then the replication factor of new topics.
+	KafkaBrokers  []string
+	KafkaReplicas int16
 	// Headless skips the Temporal Web UI (tests).
 	Headless bool
 	// Progress receives human-readable start-up messages.
@@ -39,6 +43,17 @@ type stackOptions struct {
 var topics = []devstack.Topic{
 	{Name: workflows.EnrollmentTopic, Partitions: 12},
 	{Name: workflows.EnrollmentDLTTopic, Partitions: 1},
+}
+
+func kafkaTopics(replicas int16) []activities.Topic {
+	if replicas < 1 {
+		replicas = 1
+	}
+	out := make([]activities.Topic, len(topics))
+	for i, t := range topics {
+		out[i] = activities.Topic{Name: t.Name, Partitions: t.Partitions, Replicas: replicas}
+	}
+	return out
 }
 
 // stack is the whole system on one machine: Temporal dev server, kfake,
@@ -101,16 +116,24 @@ func startStack(ctx context.Context, base config, log *slog.Logger, o stackOptio
 	s.Config.TemporalAddress = s.Temporal.Addr
 	s.Config.TemporalUIURL = s.Temporal.UIURL
 
-	fmt.Fprintln(progress, "starting Kafka (kfake)...")
-	s.Kafka, err = devstack.StartKafka(ctx, devstack.KafkaOptions{
-		DataDir: filepath.Join(dataDir, "kafka"),
-		Port:    o.KafkaPort,
-		Topics:  topics,
-	})
-	if err != nil {
-		return s, err
+	if len(o.KafkaBrokers) > 0 {
+		s.Config.KafkaBrokers = o.KafkaBrokers
+		fmt.Fprintf(progress, "using Kafka at %v...\n", o.KafkaBrokers)
+		if err := activities.EnsureTopics(ctx, kafkaConfig(s.Config, "claimflow-dev"), kafkaTopics(o.KafkaReplicas)); err != nil {
+			return s, err
+		}
+	} else {
+		fmt.Fprintln(progress, "starting Kafka (kfake)...")
+		s.Kafka, err = devstack.StartKafka(ctx, devstack.KafkaOptions{
+			DataDir: filepath.Join(dataDir, "kafka"),
+			Port:    o.KafkaPort,
+			Topics:  topics,
+		})
+		if err != nil {
+			return s, err
+		}
+		s.Config.KafkaBrokers = s.Kafka.Brokers
 	}
-	s.Config.KafkaBrokers = s.Kafka.Brokers
 
 	if o.DatabaseURL != "" {
 		s.Config.DatabaseURL = o.DatabaseURL
