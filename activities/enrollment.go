@@ -112,6 +112,19 @@ func (a *Activities) explainConflict(ctx context.Context, tx pgx.Tx, in workflow
 // Publishing is at-least-once: a retry after a lost ack sends the same event
 // ID again, and consumers dedupe on it.
 func (a *Activities) Publish(ctx context.Context, in workflows.PublishInput) error {
+	if in.StampPublishedFor != "" {
+		// An attempt whose ack was recorded but whose completion never
+		// reached Temporal (worker or server restart) need not send again.
+		var published bool
+		err := a.DB.QueryRow(ctx, `SELECT published_at IS NOT NULL FROM enrollments WHERE id = $1`,
+			in.StampPublishedFor).Scan(&published)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("check whether %s was published: %w", in.Message.Event.ID, err)
+		}
+		if published {
+			return nil
+		}
+	}
 	if err := a.send(in.Message); err != nil {
 		return err
 	}
