@@ -1,0 +1,1262 @@
+// Package deploy checks the deployment files (docker-compose.yml,
+// deploy/Dockerfile, deploy/k8s, Prometheus and Grafana provisioning)
+// without a container engine: compose-go loads the compose file the way
+// `docker compose` does, and the rest is parsed and cross-checked.
+package deploy
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"io"
+	"maps"
+	"net"
+	"net/url"
+	"os"
+	"path"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/compose-spec/compose-go/v2/loader"
+	"github.com/compose-spec/compose-go/v2/types"
+	"go.yaml.in/yaml/v4"
+
+	"github.com/claimflow/claimflow/workflows"
+)
+
+const (
+	composeFile      = "docker-compose.yml"
+	configGo         = "../cmd/claimflow/config.go"
+	clusterProfile   = "kafka-cluster"
+	brokersOverride  = "CLAIMFLOW_KAFKA_BROKERS"
+	appDockerfile    = "deploy/Dockerfile"
+	postgresInitSQL  = "postgres/init.sql"
+	prometheusConfig = "prometheus/prometheus.yml"
+)
+
+// requiredServices must exist without any profile.
+var requiredServices = []string{
+	"postgres", "temporal", "temporal-ui", "admin-tools", "kafka",
+	"api", "worker", "migrate", "prometheus", "grafana",
+}
+
+// repoRoot is the repository root: the test runs in deploy/.
+func repoRoot(t *testing.T) string {
+	t.Helper()
+	root, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return root
+}
+
+// loadCompose loads docker-compose.yml as `docker compose` would, with the
+// given profiles and an environment that holds only env: the test must not
+// depend on the variables of the shell that runs it.
+func loadCompose(t *testing.T, profiles []string, env map[string]string) *types.Project {
+	t.Helper()
+	root := repoRoot(t)
+	details := types.ConfigDetails{
+		WorkingDir:  root,
+		ConfigFiles: []types.ConfigFile{{Filename: filepath.Join(root, composeFile)}},
+		Environment: types.Mapping(env),
+	}
+	if details.Environment == nil {
+		details.Environment = types.Mapping{}
+	}
+	p, err := loader.LoadWithContext(context.Background(), details, func(o *loader.Options) {
+		o.ResolvePaths = true
+		o.Profiles = profiles
+	})
+	if err != nil {
+		t.Fatalf("load %s with profiles %v: %v", composeFile, profiles, err)
+	}
+	return p
+}
+
+// projects are the two ways the stack is started.
+func projects(t *testing.T) map[string]*types.Project {
+	return map[string]*types.Project{
+		"default":      loadCompose(t, nil, nil),
+		clusterProfile: loadCompose(t, []string{clusterProfile}, nil),
+	}
+}
+
+// knownEnvVars returns the envVars slice of cmd/claimflow/config.go: the
+// variables the binary reads, the only ones compose and k8s may set for it.
+func knownEnvVars(t *testing.T) map[string]bool {
+	t.Helper()
+	f, err := parser.ParseFile(token.NewFileSet(), configGo, nil, parser.SkipObjectResolution)
+	if err != nil {
+		t.Fatalf("parse %s: %v", configGo, err)
+	}
+	vars := map[string]bool{}
+	found := false
+	for _, decl := range f.Decls {
+		gd, ok := decl.(*ast.GenDecl)
+		if !ok || gd.Tok != token.VAR {
+			continue
+		}
+		for _, spec := range gd.Specs {
+			vs := spec.(*ast.ValueSpec)
+			for i, name := range vs.Names {
+				if name.Name != "envVars" || i >= len(vs.Values) {
+					continue
+				}
+				lit, ok := vs.Values[i].(*ast.CompositeLit)
+				if !ok {
+					t.Fatalf("%s: envVars is not a composite literal", configGo)
+				}
+				found = true
+				for _, elt := range lit.Elts {
+					bl, ok := elt.(*ast.BasicLit)
+					if !ok || bl.Kind != token.STRING {
+						t.Fatalf("%s: envVars element %T is not a string literal", configGo, elt)
+					}
+					s, err := strconv.Unquote(bl.Value)
+					if err != nil {
+						t.Fatal(err)
+					}
+					vars[s] = true
+				}
+			}
+		}
+	}
+	if !found || len(vars) == 0 {
+		t.Fatalf("%s: no envVars string slice found", configGo)
+	}
+	return vars
+}
+
+// appServices are the services that run the claimflow binary: those built
+// from deploy/Dockerfile.
+func appServices(t *testing.T, p *types.Project) map[string]types.ServiceConfig {
+	t.Helper()
+	root := repoRoot(t)
+	out := map[string]types.ServiceConfig{}
+	for name, s := range p.AllServices() {
+		if s.Build == nil {
+			continue
+		}
+		df := s.Build.Dockerfile
+		if !filepath.IsAbs(df) {
+			df = filepath.Join(s.Build.Context, df)
+		}
+		if rel, err := filepath.Rel(root, df); err == nil && filepath.ToSlash(rel) == appDockerfile {
+			out[name] = s
+		}
+	}
+	return out
+}
+
+func envValue(s types.ServiceConfig, key string) (string, bool) {
+	v, ok := s.Environment[key]
+	if !ok || v == nil {
+		return "", false
+	}
+	return *v, true
+}
+
+func TestComposeLoads(t *testing.T) {
+	var top map[string]any
+	readYAML(t, filepath.Join("..", composeFile), &top)
+	if _, ok := top["version"]; ok {
+		t.Error("docker-compose.yml has a top-level version: key (obsolete in the compose spec)")
+	}
+	for name, p := range projects(t) {
+		if p.Name != "claimflow" {
+			t.Errorf("%s: project name %q, want claimflow (top-level name:)", name, p.Name)
+		}
+		if len(p.Services) == 0 {
+			t.Errorf("%s: no services", name)
+		}
+	}
+}
+
+func TestComposeRequiredServices(t *testing.T) {
+	for name, p := range projects(t) {
+		for _, want := range requiredServices {
+			if _, ok := p.Services[want]; !ok {
+				t.Errorf("%s: service %q missing (enabled: %v)", name, want, p.ServiceNames())
+			}
+		}
+	}
+}
+
+func TestComposeAppEnvIsKnownToTheBinary(t *testing.T) {
+	known := knownEnvVars(t)
+	for name, p := range projects(t) {
+		apps := appServices(t, p)
+		for _, want := range []string{"api", "worker", "migrate"} {
+			if _, ok := apps[want]; !ok {
+				t.Errorf("%s: service %q is not built from %s", name, want, appDockerfile)
+			}
+		}
+		for svc, s := range apps {
+			if len(s.EnvFiles) > 0 {
+				t.Errorf("%s: %s uses env_file; set variables inline so this test sees them", name, svc)
+			}
+			for key := range s.Environment {
+				if !known[key] {
+					t.Errorf("%s: %s sets %s, which cmd/claimflow does not read (envVars: %v)", name, svc, key, mapKeys(known))
+				}
+			}
+		}
+	}
+}
+
+var validConditions = []string{
+	types.ServiceConditionStarted, types.ServiceConditionHealthy, types.ServiceConditionCompletedSuccessfully,
+}
+
+func TestComposeDependsOn(t *testing.T) {
+	for name, p := range projects(t) {
+		for svc, s := range p.Services {
+			for dep, d := range s.DependsOn {
+				target, enabled := p.Services[dep]
+				if !enabled {
+					disabled, exists := p.DisabledServices[dep]
+					switch {
+					case !exists:
+						t.Errorf("%s: %s depends on %q, which is not defined", name, svc, dep)
+					case d.Required:
+						t.Errorf("%s: %s requires %q, which profiles %v disable", name, svc, dep, disabled.Profiles)
+					}
+					continue
+				}
+				if !slices.Contains(validConditions, d.Condition) {
+					t.Errorf("%s: %s -> %s: condition %q", name, svc, dep, d.Condition)
+				}
+				switch d.Condition {
+				case types.ServiceConditionHealthy:
+					if target.HealthCheck == nil || target.HealthCheck.Disable || len(target.HealthCheck.Test) == 0 {
+						t.Errorf("%s: %s waits for %s to be healthy, but %s has no healthcheck", name, svc, dep, dep)
+					}
+				case types.ServiceConditionCompletedSuccessfully:
+					if target.Restart != "" && target.Restart != types.RestartPolicyNo {
+						t.Errorf("%s: %s waits for %s to complete, but %s has restart: %s", name, svc, dep, dep, target.Restart)
+					}
+				}
+			}
+		}
+	}
+}
+
+func TestComposeAppStartOrder(t *testing.T) {
+	want := map[string]string{
+		"migrate":                    types.ServiceConditionCompletedSuccessfully,
+		"postgres":                   types.ServiceConditionHealthy,
+		"temporal":                   types.ServiceConditionHealthy,
+		"temporal-search-attributes": types.ServiceConditionCompletedSuccessfully,
+		"kafka":                      types.ServiceConditionHealthy,
+		"kafka-init":                 types.ServiceConditionCompletedSuccessfully,
+	}
+	for name, p := range projects(t) {
+		for _, svc := range []string{"api", "worker"} {
+			s, ok := p.Services[svc]
+			if !ok {
+				t.Errorf("%s: no %s service", name, svc)
+				continue
+			}
+			for dep, cond := range want {
+				d, ok := s.DependsOn[dep]
+				if !ok {
+					t.Errorf("%s: %s does not depend on %s", name, svc, dep)
+				} else if d.Condition != cond {
+					t.Errorf("%s: %s -> %s: condition %q, want %q", name, svc, dep, d.Condition, cond)
+				}
+			}
+			if name == clusterProfile {
+				if d, ok := s.DependsOn["kafka-cluster-init"]; !ok || d.Condition != types.ServiceConditionCompletedSuccessfully {
+					t.Errorf("%s: %s does not wait for kafka-cluster-init to complete", name, svc)
+				}
+			}
+		}
+		if m, ok := p.Services["migrate"]; ok {
+			if !slices.Equal([]string(m.Command), []string{"migrate"}) {
+				t.Errorf("%s: migrate runs %v, want [migrate]", name, m.Command)
+			}
+			if d, ok := m.DependsOn["postgres"]; !ok || d.Condition != types.ServiceConditionHealthy {
+				t.Errorf("%s: migrate does not wait for postgres to be healthy", name)
+			}
+		}
+	}
+}
+
+// imageTagRE splits an image reference into name and optional tag; the
+// name's last path element may not contain ':'.
+var imageTagRE = regexp.MustCompile(`^([^@]+?)(?::([\w][\w.-]{0,127}))?(@sha256:[0-9a-f]{64})?$`)
+
+func checkPinned(ref string) error {
+	if ref == "" {
+		return errors.New("no image")
+	}
+	if strings.Contains(ref, "${") {
+		return fmt.Errorf("image %q is not resolved", ref)
+	}
+	m := imageTagRE.FindStringSubmatch(ref)
+	if m == nil || strings.Contains(path.Base(m[1]), ":") {
+		return fmt.Errorf("image %q does not parse", ref)
+	}
+	if m[3] != "" {
+		return nil // digest-pinned
+	}
+	switch m[2] {
+	case "":
+		return fmt.Errorf("image %q has no tag (means :latest)", ref)
+	case "latest":
+		return fmt.Errorf("image %q uses :latest", ref)
+	}
+	return nil
+}
+
+func TestComposeImagesPinned(t *testing.T) {
+	p := loadCompose(t, nil, nil)
+	for svc, s := range p.AllServices() {
+		if err := checkPinned(s.Image); err != nil {
+			t.Errorf("%s: %v", svc, err)
+		}
+	}
+	for _, bad := range []string{"postgres", "postgres:latest", "apache/kafka", "localhost:5000/x"} {
+		if checkPinned(bad) == nil {
+			t.Errorf("checkPinned(%q) accepted an unpinned image", bad)
+		}
+	}
+	for _, good := range []string{"postgres:16", "localhost:5000/x:1.2", "apache/kafka:4.1.1", "x@sha256:" + strings.Repeat("a", 64)} {
+		if err := checkPinned(good); err != nil {
+			t.Errorf("checkPinned(%q): %v", good, err)
+		}
+	}
+}
+
+func TestComposeAPIHealthcheck(t *testing.T) {
+	p := loadCompose(t, nil, nil)
+	api, ok := p.Services["api"]
+	if !ok {
+		t.Fatal("no api service")
+	}
+	hc := api.HealthCheck
+	if hc == nil || hc.Disable || len(hc.Test) < 2 {
+		t.Fatalf("api has no healthcheck: %+v", hc)
+	}
+	if !strings.Contains(strings.Join(hc.Test, " "), "/readyz") {
+		t.Errorf("api healthcheck %v does not probe /readyz", hc.Test)
+	}
+	// The runtime image is distroless: an exec-form check must run a binary
+	// the Dockerfile puts into the final stage.
+	if hc.Test[0] == "CMD-SHELL" {
+		t.Errorf("api healthcheck %v needs a shell, which the runtime image lacks", hc.Test)
+	} else if hc.Test[0] == "CMD" {
+		if !slices.Contains(runtimeCopies(t), hc.Test[1]) {
+			t.Errorf("api healthcheck runs %s, which %s does not copy into the runtime image", hc.Test[1], appDockerfile)
+		}
+	}
+	port := strings.TrimPrefix(strings.SplitN(hc.Test[len(hc.Test)-1], "/readyz", 2)[0], "http://")
+	addr, _ := envValue(api, "HTTP_ADDR")
+	if _, hp, err := net.SplitHostPort(addr); err != nil || !strings.HasSuffix(port, ":"+hp) {
+		t.Errorf("api healthcheck targets %q but HTTP_ADDR is %q", port, addr)
+	}
+}
+
+// TestComposeSetupMatchesCode checks that the one-shots register what the
+// code uses: the namespace the app connects to, the search attributes its
+// workflows set, the topics it publishes to, and the task queue named in
+// Temporal's dynamic config.
+func TestComposeSetupMatchesCode(t *testing.T) {
+	for name, p := range projects(t) {
+		sa, ok := p.Services["temporal-search-attributes"]
+		if !ok {
+			t.Fatalf("%s: no temporal-search-attributes service", name)
+		}
+		ns, _ := envValue(sa, "NAMESPACE")
+		registered := map[string]string{}
+		attrs, _ := envValue(sa, "SEARCH_ATTRIBUTES")
+		for _, spec := range strings.Fields(attrs) {
+			k, v, _ := strings.Cut(spec, ":")
+			registered[k] = v
+		}
+		for attr, typ := range workflows.SearchAttributeTypes {
+			if registered[attr] != typ {
+				t.Errorf("%s: search attribute %s: registered as %q, workflows use %q", name, attr, registered[attr], typ)
+			}
+		}
+		for svc, s := range appServices(t, p) {
+			if v, ok := envValue(s, "TEMPORAL_NAMESPACE"); ok && v != ns {
+				t.Errorf("%s: %s uses namespace %q, but %q is the one set up", name, svc, v, ns)
+			}
+		}
+		for _, init := range []string{"kafka-init", "kafka-cluster-init"} {
+			s, ok := p.Services[init]
+			if !ok {
+				if init == "kafka-init" || name == clusterProfile {
+					t.Errorf("%s: no %s service", name, init)
+				}
+				continue
+			}
+			topics, _ := envValue(s, "TOPICS")
+			for _, want := range []string{workflows.EnrollmentTopic, workflows.EnrollmentDLTTopic} {
+				if !slices.Contains(strings.Fields(topics), want) {
+					t.Errorf("%s: %s does not create topic %s (TOPICS=%q)", name, init, want, topics)
+				}
+			}
+		}
+	}
+	var dc map[string][]struct {
+		Constraints map[string]any `yaml:"constraints"`
+	}
+	readYAML(t, "temporal/dynamicconfig.yaml", &dc)
+	for key, values := range dc {
+		for _, v := range values {
+			if tq, ok := v.Constraints["taskQueueName"]; ok && tq != workflows.TaskQueue {
+				t.Errorf("dynamicconfig %s: taskQueueName %v, workers poll %q", key, tq, workflows.TaskQueue)
+			}
+		}
+	}
+}
+
+// kafkaBrokers returns the enabled services that run a Kafka broker.
+func kafkaBrokers(p *types.Project) map[string]types.ServiceConfig {
+	out := map[string]types.ServiceConfig{}
+	for name, s := range p.Services {
+		roles, _ := envValue(s, "KAFKA_PROCESS_ROLES")
+		if slices.Contains(strings.Split(roles, ","), "broker") {
+			out[name] = s
+		}
+	}
+	return out
+}
+
+// advertisedPlaintext is the in-network address a broker advertises.
+func advertisedPlaintext(s types.ServiceConfig) string {
+	adv, _ := envValue(s, "KAFKA_ADVERTISED_LISTENERS")
+	for _, l := range strings.Split(adv, ",") {
+		if addr, ok := strings.CutPrefix(l, "PLAINTEXT://"); ok {
+			return addr
+		}
+	}
+	return ""
+}
+
+func TestComposeKafkaClusterProfile(t *testing.T) {
+	def := loadCompose(t, nil, nil)
+	for name := range kafkaBrokers(def) {
+		if name != "kafka" {
+			t.Errorf("default: broker %s runs without the %s profile", name, clusterProfile)
+		}
+	}
+	p := loadCompose(t, []string{clusterProfile}, nil)
+	var cluster []string
+	for name, s := range kafkaBrokers(p) {
+		if slices.Contains(s.Profiles, clusterProfile) {
+			cluster = append(cluster, name)
+		}
+	}
+	slices.Sort(cluster)
+	if len(cluster) != 3 {
+		t.Fatalf("%s profile has brokers %v, want 3", clusterProfile, cluster)
+	}
+	ids := map[string]string{}
+	for _, name := range cluster {
+		s := p.Services[name]
+		if v, _ := envValue(s, "KAFKA_MIN_INSYNC_REPLICAS"); v != "2" {
+			t.Errorf("%s: KAFKA_MIN_INSYNC_REPLICAS=%q, want 2", name, v)
+		}
+		if v, _ := envValue(s, "KAFKA_DEFAULT_REPLICATION_FACTOR"); v != "3" {
+			t.Errorf("%s: KAFKA_DEFAULT_REPLICATION_FACTOR=%q, want 3", name, v)
+		}
+		id, _ := envValue(s, "KAFKA_NODE_ID")
+		if other, dup := ids[id]; dup || id == "" {
+			t.Errorf("%s: KAFKA_NODE_ID %q (also %s)", name, id, other)
+		}
+		ids[id] = name
+		voters, _ := envValue(s, "KAFKA_CONTROLLER_QUORUM_VOTERS")
+		for _, peer := range cluster {
+			if !strings.Contains(voters, "@"+peer+":") {
+				t.Errorf("%s: quorum voters %q leave out %s", name, voters, peer)
+			}
+		}
+		if s.HealthCheck == nil || len(s.HealthCheck.Test) == 0 {
+			t.Errorf("%s: no healthcheck", name)
+		}
+	}
+	init, ok := p.Services["kafka-cluster-init"]
+	if !ok {
+		t.Fatal("no kafka-cluster-init service in the profile")
+	}
+	if v, _ := envValue(init, "REPLICATION_FACTOR"); v != "3" {
+		t.Errorf("kafka-cluster-init: REPLICATION_FACTOR=%q, want 3", v)
+	}
+	if v, _ := envValue(init, "MIN_INSYNC_REPLICAS"); v != "2" {
+		t.Errorf("kafka-cluster-init: MIN_INSYNC_REPLICAS=%q, want 2", v)
+	}
+}
+
+// TestComposeKafkaBrokersResolve checks that the app's KAFKA_BROKERS names
+// brokers of the stack, by default and with the documented override for the
+// kafka-cluster profile.
+func TestComposeKafkaBrokersResolve(t *testing.T) {
+	check := func(label string, p *types.Project, want string) {
+		t.Helper()
+		brokers := kafkaBrokers(p)
+		byAddr := map[string]string{}
+		for name, s := range brokers {
+			byAddr[advertisedPlaintext(s)] = name
+		}
+		for svc, s := range appServices(t, p) {
+			v, ok := envValue(s, "KAFKA_BROKERS")
+			if !ok {
+				if svc != "migrate" {
+					t.Errorf("%s: %s has no KAFKA_BROKERS", label, svc)
+				}
+				continue
+			}
+			if want != "" && v != want {
+				t.Errorf("%s: %s KAFKA_BROKERS=%q, want %q", label, svc, v, want)
+			}
+			for _, addr := range strings.Split(v, ",") {
+				if _, ok := byAddr[addr]; !ok {
+					t.Errorf("%s: %s KAFKA_BROKERS entry %q is no broker's advertised PLAINTEXT listener (%v)", label, svc, addr, mapKeys(byAddr))
+				}
+			}
+		}
+	}
+	check("default", loadCompose(t, nil, nil), "")
+
+	// The override documented in docker-compose.yml: the cluster brokers'
+	// own advertised addresses.
+	p := loadCompose(t, []string{clusterProfile}, nil)
+	var addrs []string
+	for _, s := range kafkaBrokers(p) {
+		if slices.Contains(s.Profiles, clusterProfile) {
+			addrs = append(addrs, advertisedPlaintext(s))
+		}
+	}
+	slices.Sort(addrs)
+	want := strings.Join(addrs, ",")
+	check(clusterProfile, loadCompose(t, []string{clusterProfile}, map[string]string{brokersOverride: want}), want)
+}
+
+func TestComposeDatabaseURLIsNotSuperuser(t *testing.T) {
+	p := loadCompose(t, nil, nil)
+	pg, ok := p.Services["postgres"]
+	if !ok {
+		t.Fatal("no postgres service")
+	}
+	superuser, ok := envValue(pg, "POSTGRES_USER")
+	if !ok || superuser == "" {
+		superuser = "postgres"
+	}
+	initSQL, err := os.ReadFile(postgresInitSQL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for svc, s := range appServices(t, p) {
+		raw, ok := envValue(s, "DATABASE_URL")
+		if !ok {
+			t.Errorf("%s: no DATABASE_URL", svc)
+			continue
+		}
+		u, err := url.Parse(raw)
+		if err != nil {
+			t.Errorf("%s: DATABASE_URL: %v", svc, err)
+			continue
+		}
+		user := u.User.Username()
+		switch user {
+		case "":
+			t.Errorf("%s: DATABASE_URL names no user", svc)
+		case superuser, "postgres":
+			t.Errorf("%s: DATABASE_URL connects as the superuser %q", svc, user)
+		}
+		if _, ok := p.Services[u.Hostname()]; !ok {
+			t.Errorf("%s: DATABASE_URL host %q is not a service", svc, u.Hostname())
+		}
+		// The role must be created by init.sql, explicitly without superuser.
+		stmt := regexp.MustCompile(`(?is)CREATE\s+ROLE\s+` + regexp.QuoteMeta(user) + `\b[^;]*;`).Find(initSQL)
+		switch {
+		case stmt == nil:
+			t.Errorf("%s: %s does not create role %q", svc, postgresInitSQL, user)
+		case !regexp.MustCompile(`(?i)\bNOSUPERUSER\b`).Match(stmt) || regexp.MustCompile(`(?i)[^O]SUPERUSER\b`).Match(stmt):
+			t.Errorf("%s: role %q is not created NOSUPERUSER: %s", svc, user, stmt)
+		}
+	}
+}
+
+func TestComposeMountedFilesExist(t *testing.T) {
+	root := repoRoot(t)
+	inRepo := func(p string) error {
+		rel, err := filepath.Rel(root, p)
+		if err != nil || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+			return fmt.Errorf("%s is outside the repository", p)
+		}
+		if _, err := os.Stat(p); err != nil {
+			return err
+		}
+		return nil
+	}
+	p := loadCompose(t, []string{clusterProfile}, nil)
+	for svc, s := range p.AllServices() {
+		for _, v := range s.Volumes {
+			if v.Type != types.VolumeTypeBind {
+				if _, ok := p.Volumes[v.Source]; v.Type == types.VolumeTypeVolume && v.Source != "" && !ok {
+					t.Errorf("%s: volume %q is not declared", svc, v.Source)
+				}
+				continue
+			}
+			if err := inRepo(v.Source); err != nil {
+				t.Errorf("%s: bind mount %s -> %s: %v", svc, v.Source, v.Target, err)
+			}
+		}
+		if s.Build != nil {
+			if err := inRepo(s.Build.Context); err != nil {
+				t.Errorf("%s: build context: %v", svc, err)
+			}
+			if err := inRepo(filepath.Join(s.Build.Context, s.Build.Dockerfile)); err != nil {
+				t.Errorf("%s: dockerfile: %v", svc, err)
+			}
+		}
+		for _, f := range s.EnvFiles {
+			if err := inRepo(f.Path); err != nil && f.Required {
+				t.Errorf("%s: env_file: %v", svc, err)
+			}
+		}
+	}
+}
+
+// TestPrometheusScrapesComposeServices checks that every scrape target is a
+// compose service (or Prometheus itself) and that Temporal's is the port
+// its PROMETHEUS_ENDPOINT opens.
+func TestPrometheusScrapesComposeServices(t *testing.T) {
+	var cfg struct {
+		ScrapeConfigs []struct {
+			JobName       string `yaml:"job_name"`
+			MetricsPath   string `yaml:"metrics_path"`
+			StaticConfigs []struct {
+				Targets []string `yaml:"targets"`
+			} `yaml:"static_configs"`
+		} `yaml:"scrape_configs"`
+	}
+	readYAML(t, prometheusConfig, &cfg)
+	p := loadCompose(t, nil, nil)
+	targets := map[string]bool{}
+	for _, sc := range cfg.ScrapeConfigs {
+		for _, st := range sc.StaticConfigs {
+			for _, target := range st.Targets {
+				host, _, err := net.SplitHostPort(target)
+				if err != nil {
+					t.Errorf("job %s: target %q: %v", sc.JobName, target, err)
+					continue
+				}
+				if _, ok := p.Services[host]; !ok && host != "localhost" {
+					t.Errorf("job %s: target %q is not a compose service", sc.JobName, target)
+				}
+				targets[target] = true
+			}
+		}
+	}
+	if temporal, ok := p.Services["temporal"]; ok {
+		ep, _ := envValue(temporal, "PROMETHEUS_ENDPOINT")
+		_, port, err := net.SplitHostPort(ep)
+		if err != nil || !targets["temporal:"+port] {
+			t.Errorf("temporal exposes metrics on %q but Prometheus does not scrape temporal:%s", ep, port)
+		}
+	}
+	if !targets["api:8080"] {
+		t.Error("Prometheus does not scrape the API (api:8080)")
+	}
+}
+
+// TestGrafanaProvisioning checks that the dashboard parses and uses the
+// provisioned datasource, and that the provisioning points where compose
+// mounts the dashboard.
+func TestGrafanaProvisioning(t *testing.T) {
+	var ds struct {
+		Datasources []struct {
+			UID  string `yaml:"uid"`
+			Type string `yaml:"type"`
+			URL  string `yaml:"url"`
+		} `yaml:"datasources"`
+	}
+	readYAML(t, "grafana/datasource.yaml", &ds)
+	uids := map[string]bool{}
+	p := loadCompose(t, nil, nil)
+	for _, d := range ds.Datasources {
+		uids[d.UID] = true
+		u, err := url.Parse(d.URL)
+		if err != nil {
+			t.Errorf("datasource %s: %v", d.UID, err)
+		} else if _, ok := p.Services[u.Hostname()]; !ok {
+			t.Errorf("datasource %s: %s is not a compose service", d.UID, d.URL)
+		}
+	}
+
+	raw, err := os.ReadFile("grafana/claimflow.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dash struct {
+		UID    string `json:"uid"`
+		Panels []struct {
+			Title      string `json:"title"`
+			Datasource struct {
+				UID string `json:"uid"`
+			} `json:"datasource"`
+			Targets []struct {
+				Expr string `json:"expr"`
+			} `json:"targets"`
+		} `json:"panels"`
+	}
+	if err := json.Unmarshal(raw, &dash); err != nil {
+		t.Fatalf("claimflow.json: %v", err)
+	}
+	if dash.UID == "" || len(dash.Panels) == 0 {
+		t.Errorf("claimflow.json: uid %q, %d panels", dash.UID, len(dash.Panels))
+	}
+	for _, panel := range dash.Panels {
+		if !uids[panel.Datasource.UID] {
+			t.Errorf("panel %q uses datasource %q, not provisioned (%v)", panel.Title, panel.Datasource.UID, mapKeys(uids))
+		}
+		for _, tg := range panel.Targets {
+			if strings.TrimSpace(tg.Expr) == "" {
+				t.Errorf("panel %q has an empty query", panel.Title)
+			}
+		}
+	}
+
+	var prov struct {
+		Providers []struct {
+			Options struct {
+				Path string `yaml:"path"`
+			} `yaml:"options"`
+		} `yaml:"providers"`
+	}
+	readYAML(t, "grafana/dashboards.yaml", &prov)
+	grafana, ok := p.Services["grafana"]
+	if !ok {
+		t.Fatal("no grafana service")
+	}
+	mounted := map[string]string{} // container path -> host file
+	for _, v := range grafana.Volumes {
+		mounted[v.Target] = v.Source
+	}
+	for _, pr := range prov.Providers {
+		found := false
+		for target, source := range mounted {
+			if path.Dir(target) == pr.Options.Path && strings.HasSuffix(source, ".json") {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("dashboard provider path %s has no dashboard mounted into it (%v)", pr.Options.Path, mounted)
+		}
+	}
+	for _, dir := range []string{"/etc/grafana/provisioning/datasources", "/etc/grafana/provisioning/dashboards"} {
+		found := false
+		for target := range mounted {
+			found = found || path.Dir(target) == dir
+		}
+		if !found {
+			t.Errorf("grafana: nothing mounted into %s", dir)
+		}
+	}
+}
+
+// ---------------------------------------------------------------- Dockerfile
+
+type dockerStage struct {
+	from   string
+	name   string
+	lines  []string
+	copies []string // destinations of COPY in this stage
+}
+
+func dockerStages(t *testing.T) []dockerStage {
+	t.Helper()
+	raw, err := os.ReadFile("Dockerfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := map[string]string{}
+	var stages []dockerStage
+	inHeredoc := ""
+	for _, line := range strings.Split(string(raw), "\n") {
+		trim := strings.TrimSpace(line)
+		if inHeredoc != "" {
+			if trim == inHeredoc {
+				inHeredoc = ""
+			}
+			continue
+		}
+		if trim == "" || strings.HasPrefix(trim, "#") {
+			continue
+		}
+		if m := regexp.MustCompile(`<<-?'?"?(\w+)`).FindStringSubmatch(trim); m != nil {
+			inHeredoc = m[1]
+		}
+		fields := strings.Fields(trim)
+		switch strings.ToUpper(fields[0]) {
+		case "ARG":
+			if k, v, ok := strings.Cut(fields[1], "="); ok && len(stages) == 0 {
+				args[k] = v
+			}
+		case "FROM":
+			from := fields[1]
+			for k, v := range args {
+				from = strings.ReplaceAll(from, "${"+k+"}", v)
+			}
+			st := dockerStage{from: from}
+			if len(fields) >= 4 && strings.EqualFold(fields[2], "AS") {
+				st.name = fields[3]
+			}
+			stages = append(stages, st)
+			continue
+		case "COPY":
+			if len(stages) > 0 {
+				stages[len(stages)-1].copies = append(stages[len(stages)-1].copies, fields[len(fields)-1])
+			}
+		}
+		if len(stages) > 0 {
+			stages[len(stages)-1].lines = append(stages[len(stages)-1].lines, trim)
+		}
+	}
+	if len(stages) == 0 {
+		t.Fatal("Dockerfile has no FROM")
+	}
+	return stages
+}
+
+// runtimeCopies are the paths the Dockerfile's final stage copies in.
+func runtimeCopies(t *testing.T) []string {
+	stages := dockerStages(t)
+	return stages[len(stages)-1].copies
+}
+
+func TestDockerfile(t *testing.T) {
+	stages := dockerStages(t)
+	if len(stages) < 2 {
+		t.Fatalf("want a multi-stage build, got %d stage(s)", len(stages))
+	}
+	for _, st := range stages {
+		if err := checkPinned(st.from); err != nil {
+			t.Errorf("FROM: %v", err)
+		}
+	}
+	gomod, err := os.ReadFile("../go.mod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	goLine := regexp.MustCompile(`(?m)^go (\d+\.\d+)`).FindSubmatch(gomod)
+	build := stages[0]
+	if goLine == nil || !strings.HasPrefix(build.from, "golang:"+string(goLine[1])) {
+		t.Errorf("build stage %q does not match go.mod's go %s", build.from, goLine[1])
+	}
+	if !strings.Contains(strings.Join(build.lines, "\n"), "CGO_ENABLED=0") {
+		t.Error("build stage does not set CGO_ENABLED=0")
+	}
+	buildLine := slices.IndexFunc(build.lines, func(l string) bool {
+		return strings.Contains(l, "go build") && strings.Contains(l, "-o /out/claimflow ./cmd/claimflow")
+	})
+	if buildLine < 0 {
+		t.Error("build stage has no `go build ... -o /out/claimflow ./cmd/claimflow` line")
+	} else if !strings.Contains(build.lines[buildLine], "-trimpath") {
+		t.Errorf("claimflow is built without -trimpath: %s", build.lines[buildLine])
+	}
+	// Cache-friendly order: modules are downloaded before the source lands.
+	idx := func(sub string) int {
+		return slices.IndexFunc(build.lines, func(l string) bool { return strings.Contains(l, sub) })
+	}
+	mod, download, src := idx("COPY go.mod go.sum"), idx("go mod download"), idx("COPY . .")
+	if mod < 0 || download < 0 || src < 0 || !(mod < download && download < src) {
+		t.Errorf("want COPY go.mod go.sum, go mod download, COPY . . in that order (lines %d, %d, %d)", mod, download, src)
+	}
+	final := stages[len(stages)-1]
+	if !strings.HasPrefix(final.from, "gcr.io/distroless/static") || !strings.HasSuffix(final.from, ":nonroot") {
+		t.Errorf("runtime stage %q is not distroless static nonroot", final.from)
+	}
+	if !slices.Contains(final.lines, `ENTRYPOINT ["/claimflow"]`) {
+		t.Errorf(`runtime stage has no ENTRYPOINT ["/claimflow"]`)
+	}
+	if !slices.Contains(final.copies, "/claimflow") {
+		t.Errorf("runtime stage does not copy /claimflow")
+	}
+}
+
+// TestDockerignore checks that the context leaves out local state and keeps
+// everything the build compiles.
+func TestDockerignore(t *testing.T) {
+	raw, err := os.ReadFile("../.dockerignore")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var patterns []string
+	for _, l := range strings.Split(string(raw), "\n") {
+		if l = strings.TrimSpace(l); l != "" && !strings.HasPrefix(l, "#") {
+			patterns = append(patterns, l)
+		}
+	}
+	ignored := func(p string) bool {
+		out := false
+		for _, pat := range patterns {
+			neg := strings.HasPrefix(pat, "!")
+			if dockerignoreMatch(strings.TrimPrefix(pat, "!"), p) {
+				out = !neg
+			}
+		}
+		return out
+	}
+	for _, p := range []string{".claimflow", "bin", "deploy/kafka/lib", "deploy/kafka/run", ".git"} {
+		if !ignored(p) {
+			t.Errorf(".dockerignore does not exclude %s", p)
+		}
+	}
+	// Every non-test file of the packages the binary is built from.
+	keep := []string{"go.mod", "go.sum"}
+	root := repoRoot(t)
+	err = filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, p)
+		rel = filepath.ToSlash(rel)
+		if d.IsDir() {
+			if strings.HasPrefix(d.Name(), ".") && rel != "." || rel == "bin" || rel == "deploy/kafka/lib" || rel == "deploy/kafka/run" || rel == "tools" {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if strings.HasSuffix(rel, ".go") && !strings.HasSuffix(rel, "_test.go") || strings.HasSuffix(rel, ".sql") && strings.Contains(rel, "migrations/") {
+			keep = append(keep, rel)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range keep {
+		if ignored(p) {
+			t.Errorf(".dockerignore excludes %s, which the build needs", p)
+		}
+	}
+}
+
+// dockerignoreMatch reports whether pattern excludes p (slash-separated,
+// relative to the context): the pattern matches p or one of its parent
+// directories; "**" matches any number of directories.
+func dockerignoreMatch(pattern, p string) bool {
+	pattern = strings.Trim(path.Clean(pattern), "/")
+	re := regexp.MustCompile(`^` + globToRegexp(pattern) + `(/.*)?$`)
+	return re.MatchString(p)
+}
+
+func globToRegexp(g string) string {
+	var b strings.Builder
+	for i := 0; i < len(g); i++ {
+		switch c := g[i]; {
+		case strings.HasPrefix(g[i:], "**/"):
+			b.WriteString(`(.*/)?`)
+			i += 2
+		case strings.HasPrefix(g[i:], "**"):
+			b.WriteString(`.*`)
+			i++
+		case c == '*':
+			b.WriteString(`[^/]*`)
+		case c == '?':
+			b.WriteString(`[^/]`)
+		default:
+			b.WriteString(regexp.QuoteMeta(string(c)))
+		}
+	}
+	return b.String()
+}
+
+// ---------------------------------------------------------------- helpers
+
+func readYAML(t *testing.T, file string, into any) {
+	t.Helper()
+	raw, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.Unmarshal(raw, into); err != nil {
+		t.Fatalf("%s: %v", file, err)
+	}
+}
+
+func mapKeys[V any](m map[string]V) []string {
+	return slices.Sorted(maps.Keys(m))
+}
+
+// ---------------------------------------------------------------- Kubernetes
+
+// k8sObject holds the fields of the manifests in deploy/k8s that the test
+// looks at.
+type k8sObject struct {
+	file       string
+	APIVersion string `yaml:"apiVersion"`
+	Kind       string `yaml:"kind"`
+	Metadata   struct {
+		Name   string            `yaml:"name"`
+		Labels map[string]string `yaml:"labels"`
+	} `yaml:"metadata"`
+	Data map[string]string `yaml:"data"`
+	Spec struct {
+		// Deployment, Job
+		Template struct {
+			Metadata struct {
+				Labels map[string]string `yaml:"labels"`
+			} `yaml:"metadata"`
+			Spec struct {
+				Containers []k8sContainer `yaml:"containers"`
+			} `yaml:"spec"`
+		} `yaml:"template"`
+		// Service: a label map; Deployment: {matchLabels: ...}
+		Selector map[string]any `yaml:"selector"`
+		Ports    []struct {
+			Name       string `yaml:"name"`
+			TargetPort any    `yaml:"targetPort"`
+		} `yaml:"ports"`
+		// HorizontalPodAutoscaler
+		ScaleTargetRef struct {
+			Kind string `yaml:"kind"`
+			Name string `yaml:"name"`
+		} `yaml:"scaleTargetRef"`
+		MinReplicas int `yaml:"minReplicas"`
+		MaxReplicas int `yaml:"maxReplicas"`
+		Metrics     []struct {
+			Type     string `yaml:"type"`
+			Resource struct {
+				Name string `yaml:"name"`
+			} `yaml:"resource"`
+		} `yaml:"metrics"`
+	} `yaml:"spec"`
+}
+
+type k8sProbe struct {
+	HTTPGet *struct {
+		Path string `yaml:"path"`
+		Port any    `yaml:"port"`
+	} `yaml:"httpGet"`
+}
+
+type k8sContainer struct {
+	Name  string   `yaml:"name"`
+	Image string   `yaml:"image"`
+	Args  []string `yaml:"args"`
+	Ports []struct {
+		Name          string `yaml:"name"`
+		ContainerPort int    `yaml:"containerPort"`
+	} `yaml:"ports"`
+	Env []struct {
+		Name string `yaml:"name"`
+	} `yaml:"env"`
+	EnvFrom []struct {
+		ConfigMapRef *struct {
+			Name string `yaml:"name"`
+		} `yaml:"configMapRef"`
+		SecretRef *struct {
+			Name string `yaml:"name"`
+		} `yaml:"secretRef"`
+	} `yaml:"envFrom"`
+	LivenessProbe  *k8sProbe `yaml:"livenessProbe"`
+	ReadinessProbe *k8sProbe `yaml:"readinessProbe"`
+	Resources      struct {
+		Requests map[string]string `yaml:"requests"`
+		Limits   map[string]string `yaml:"limits"`
+	} `yaml:"resources"`
+}
+
+// k8sManifests reads every resource kustomization.yaml lists.
+func k8sManifests(t *testing.T) (objs []k8sObject, imageNames []string) {
+	t.Helper()
+	var kust struct {
+		Resources []string `yaml:"resources"`
+		Images    []struct {
+			Name string `yaml:"name"`
+		} `yaml:"images"`
+	}
+	readYAML(t, "k8s/kustomization.yaml", &kust)
+	for _, img := range kust.Images {
+		imageNames = append(imageNames, img.Name)
+	}
+	listed := map[string]bool{}
+	for _, r := range kust.Resources {
+		listed[r] = true
+		f, err := os.Open(filepath.Join("k8s", r))
+		if err != nil {
+			t.Fatalf("kustomization resource: %v", err)
+		}
+		dec := yaml.NewDecoder(f)
+		for {
+			var o k8sObject
+			err := dec.Decode(&o)
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				f.Close()
+				t.Fatalf("k8s/%s: %v", r, err)
+			}
+			if o.Kind == "" {
+				continue
+			}
+			o.file = r
+			objs = append(objs, o)
+		}
+		f.Close()
+	}
+	// A manifest left out of the kustomization is never applied.
+	files, _ := filepath.Glob("k8s/*.yaml")
+	for _, f := range files {
+		if base := filepath.Base(f); base != "kustomization.yaml" && !listed[base] {
+			t.Errorf("k8s/%s is not listed in kustomization.yaml", base)
+		}
+	}
+	return objs, imageNames
+}
+
+func TestK8sManifests(t *testing.T) {
+	known := knownEnvVars(t)
+	objs, imageNames := k8sManifests(t)
+	byKind := map[string]map[string]k8sObject{}
+	for _, o := range objs {
+		if byKind[o.Kind] == nil {
+			byKind[o.Kind] = map[string]k8sObject{}
+		}
+		byKind[o.Kind][o.Metadata.Name] = o
+	}
+	// Workloads: the binary's subcommand is args[0].
+	workloads := map[string]k8sContainer{}
+	podLabels := map[string]map[string]string{}
+	for _, kind := range []string{"Deployment", "Job"} {
+		for name, o := range byKind[kind] {
+			for _, c := range o.Spec.Template.Spec.Containers {
+				where := fmt.Sprintf("%s %s container %s", kind, name, c.Name)
+				if !slices.Contains(imageNames, c.Image) {
+					t.Errorf("%s: image %q is not set by kustomization images %v", where, c.Image, imageNames)
+				}
+				if len(c.Args) == 0 {
+					t.Errorf("%s: no args (subcommand)", where)
+					continue
+				}
+				workloads[c.Args[0]] = c
+				podLabels[c.Args[0]] = o.Spec.Template.Metadata.Labels
+				for _, e := range c.Env {
+					if !known[e.Name] {
+						t.Errorf("%s: env %s is not read by cmd/claimflow", where, e.Name)
+					}
+				}
+				for _, ef := range c.EnvFrom {
+					switch {
+					case ef.SecretRef != nil:
+						t.Errorf("%s: envFrom secret %s hides its variable names; use secretKeyRef", where, ef.SecretRef.Name)
+					case ef.ConfigMapRef != nil:
+						cm, ok := byKind["ConfigMap"][ef.ConfigMapRef.Name]
+						if !ok {
+							t.Errorf("%s: envFrom ConfigMap %s is not in the kustomization", where, ef.ConfigMapRef.Name)
+						}
+						for key := range cm.Data {
+							if !known[key] {
+								t.Errorf("ConfigMap %s: %s is not read by cmd/claimflow", cm.Metadata.Name, key)
+							}
+						}
+					}
+				}
+				if c.Resources.Requests["cpu"] == "" || c.Resources.Requests["memory"] == "" || c.Resources.Limits["memory"] == "" {
+					t.Errorf("%s: want cpu and memory requests and a memory limit, got %+v", where, c.Resources)
+				}
+			}
+		}
+	}
+	for _, sub := range []string{"api", "worker", "migrate"} {
+		if _, ok := workloads[sub]; !ok {
+			t.Errorf("no workload runs %q", sub)
+		}
+	}
+	if migrate, ok := workloads["migrate"]; ok && len(byKind["Job"]) == 0 {
+		t.Errorf("migrate (%s) should be a Job", migrate.Name)
+	}
+
+	// API probes and Service.
+	if api, ok := workloads["api"]; ok {
+		portNames := map[string]bool{}
+		for _, p := range api.Ports {
+			portNames[p.Name] = true
+			portNames[strconv.Itoa(p.ContainerPort)] = true
+		}
+		for _, pr := range []struct {
+			kind  string
+			probe *k8sProbe
+			path  string
+		}{{"liveness", api.LivenessProbe, "/healthz"}, {"readiness", api.ReadinessProbe, "/readyz"}} {
+			switch {
+			case pr.probe == nil || pr.probe.HTTPGet == nil:
+				t.Errorf("api: no HTTP %s probe", pr.kind)
+			case pr.probe.HTTPGet.Path != pr.path:
+				t.Errorf("api: %s probe on %s, want %s", pr.kind, pr.probe.HTTPGet.Path, pr.path)
+			case !portNames[fmt.Sprint(pr.probe.HTTPGet.Port)]:
+				t.Errorf("api: %s probe port %v is not a container port", pr.kind, pr.probe.HTTPGet.Port)
+			}
+		}
+		found := false
+		for name, svc := range byKind["Service"] {
+			matches := len(svc.Spec.Selector) > 0
+			for k, v := range svc.Spec.Selector {
+				matches = matches && podLabels["api"][k] == fmt.Sprint(v)
+			}
+			if !matches {
+				continue
+			}
+			found = true
+			for _, p := range svc.Spec.Ports {
+				if !portNames[fmt.Sprint(p.TargetPort)] {
+					t.Errorf("Service %s: targetPort %v is not an api container port", name, p.TargetPort)
+				}
+			}
+		}
+		if !found {
+			t.Error("no Service selects the api pods")
+		}
+	}
+
+	// Worker autoscaling.
+	var workerDeployment string
+	for name, o := range byKind["Deployment"] {
+		for _, c := range o.Spec.Template.Spec.Containers {
+			if len(c.Args) > 0 && c.Args[0] == "worker" {
+				workerDeployment = name
+			}
+		}
+	}
+	hpaFound := false
+	for name, h := range byKind["HorizontalPodAutoscaler"] {
+		if h.Spec.ScaleTargetRef.Kind != "Deployment" || h.Spec.ScaleTargetRef.Name != workerDeployment {
+			continue
+		}
+		hpaFound = true
+		if h.Spec.MinReplicas != 2 || h.Spec.MaxReplicas != 20 {
+			t.Errorf("HPA %s: replicas %d..%d, want 2..20", name, h.Spec.MinReplicas, h.Spec.MaxReplicas)
+		}
+		cpu := slices.ContainsFunc(h.Spec.Metrics, func(m struct {
+			Type     string `yaml:"type"`
+			Resource struct {
+				Name string `yaml:"name"`
+			} `yaml:"resource"`
+		}) bool {
+			return m.Type == "Resource" && m.Resource.Name == "cpu"
+		})
+		if !cpu {
+			t.Errorf("HPA %s does not scale on CPU", name)
+		}
+	}
+	if !hpaFound {
+		t.Errorf("no HPA targets the worker Deployment %q", workerDeployment)
+	}
+}
