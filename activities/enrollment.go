@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/IBM/sarama"
 	"github.com/jackc/pgx/v5"
@@ -30,6 +31,7 @@ type Activities struct {
 	DB       *pgxpool.Pool
 	Producer Producer
 	Log      *slog.Logger
+	Metrics  *Metrics
 }
 
 const (
@@ -145,6 +147,7 @@ func (a *Activities) send(m workflows.Message) error {
 	if err != nil {
 		return fmt.Errorf("encode event %s: %w", m.Event.ID, err)
 	}
+	began := time.Now()
 	_, _, err = a.Producer.SendMessage(&sarama.ProducerMessage{
 		Topic: m.Topic,
 		Key:   sarama.StringEncoder(m.Key),
@@ -154,6 +157,7 @@ func (a *Activities) send(m workflows.Message) error {
 			{Key: []byte("type"), Value: []byte(m.Event.Type)},
 		},
 	})
+	a.Metrics.observePublish(m.Topic, began, err)
 	if err != nil {
 		return fmt.Errorf("publish %s to %s: %w", m.Event.ID, m.Topic, err)
 	}
@@ -239,7 +243,8 @@ func (a *Activities) RecordDeadLetter(ctx context.Context, in workflows.DeadLett
 	if err := a.sendDeadLetterCopy(dlt, rec.ID, in.Error); err != nil {
 		// The row is the record of truth; the copy is for Kafka-side tooling
 		// and Kafka is likely the thing that is down.
-		a.Log.Warn("dead letter not copied to topic", "topic", dlt.Topic, "event_id", in.Message.Event.ID, "error", err)
+		a.Log.Warn("dead letter not copied to topic", "topic", dlt.Topic, "event_id", in.Message.Event.ID,
+			"workflow_id", in.WorkflowID, "run_id", in.RunID, "error", err)
 	}
 	return rec, nil
 }

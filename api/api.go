@@ -17,6 +17,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.temporal.io/sdk/client"
 )
 
@@ -45,10 +46,15 @@ type Config struct {
 	DecisionTimeout time.Duration
 	// ConfirmTimeout bounds ?wait=confirmed.
 	ConfirmTimeout time.Duration
+	// Metrics receives the API's metrics and Gatherer serves /metrics;
+	// nil means a private registry.
+	Metrics  prometheus.Registerer
+	Gatherer prometheus.Gatherer
 }
 
 type server struct {
 	Config
+	metrics *metrics
 }
 
 // New returns the HTTP handler.
@@ -62,10 +68,15 @@ func New(cfg Config) http.Handler {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
+	if cfg.Metrics == nil {
+		reg := prometheus.NewRegistry()
+		cfg.Metrics, cfg.Gatherer = reg, reg
+	}
 	s := &server{Config: cfg}
+	s.metrics = newMetrics(s)
 	gin.SetMode(gin.ReleaseMode)
 	r := gin.New()
-	r.Use(gin.Recovery(), s.accessLog)
+	r.Use(gin.Recovery(), s.metrics.middleware, s.accessLog)
 	r.HandleMethodNotAllowed = true
 	r.NoRoute(func(c *gin.Context) { writeError(c, http.StatusNotFound, "not_found", "no such route", "") })
 	r.NoMethod(func(c *gin.Context) {
@@ -74,6 +85,7 @@ func New(cfg Config) http.Handler {
 
 	r.GET("/healthz", func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "ok"}) })
 	r.GET("/readyz", s.ready)
+	r.GET("/metrics", metricsHandler(cfg.Gatherer))
 
 	v1 := r.Group("/v1")
 	v1.POST("/courses", s.createCourse)

@@ -94,6 +94,7 @@ func (s *server) enroll(c *gin.Context) {
 		s.unavailable(c, fmt.Errorf("enroll %s in %s: %w", req.StudentID, courseID, err))
 		return
 	}
+	s.metrics.decided("Enrollment", string(decision.Status), string(decision.Refusal))
 	if decision.Status == workflows.StatusFailed {
 		s.internalError(c, fmt.Errorf("enroll %s in %s: %s", req.StudentID, courseID, decision.Message))
 		return
@@ -236,6 +237,7 @@ func (s *server) cancelEnrollment(c *gin.Context) {
 		s.unavailable(c, fmt.Errorf("cancel enrollment %s: %w", id, err))
 		return
 	}
+	s.metrics.decided("Cancellation", string(decision.Status), string(decision.Refusal))
 	if decision.Status == workflows.StatusFailed {
 		s.internalError(c, fmt.Errorf("cancel enrollment %s: %s", id, decision.Message))
 		return

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/interceptor"
 	sdkworker "go.temporal.io/sdk/worker"
 
 	"github.com/claimflow/claimflow/activities"
@@ -20,6 +21,8 @@ type Options struct {
 	// MaxConcurrentActivities bounds the activities in flight, and with it
 	// the Postgres connections and Kafka sends this process holds.
 	MaxConcurrentActivities int
+	// Interceptors, e.g. NewAttemptMetrics.
+	Interceptors []interceptor.WorkerInterceptor
 }
 
 // New builds a worker with every workflow and activity registered. Start it
@@ -29,6 +32,7 @@ func New(c client.Client, acts *activities.Activities, o Options) sdkworker.Work
 		MaxConcurrentActivityExecutionSize: o.MaxConcurrentActivities,
 		// Let in-flight activities finish on SIGTERM before the process goes.
 		WorkerStopTimeout: 20 * time.Second,
+		Interceptors:      o.Interceptors,
 	})
 	Register(w, acts)
 	return w

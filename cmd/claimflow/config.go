@@ -25,6 +25,10 @@ type config struct {
 	MaxActivities int
 	// ShutdownTimeout bounds graceful shutdown after SIGTERM.
 	ShutdownTimeout time.Duration
+	// MetricsAddr serves /metrics for processes without an API (worker).
+	MetricsAddr string
+	// LogFormat is json (production) or text (a terminal).
+	LogFormat string
 }
 
 // envVars lists every variable the binary reads, for `claimflow help` and
@@ -32,7 +36,7 @@ type config struct {
 var envVars = []string{
 	"DATABASE_URL", "TEMPORAL_ADDRESS", "TEMPORAL_NAMESPACE", "TEMPORAL_UI_URL",
 	"KAFKA_BROKERS", "KAFKA_VERSION", "HTTP_ADDR", "LOG_LEVEL",
-	"WORKER_MAX_ACTIVITIES", "SHUTDOWN_TIMEOUT", "TEMPORAL_CLI",
+	"WORKER_MAX_ACTIVITIES", "SHUTDOWN_TIMEOUT", "TEMPORAL_CLI", "METRICS_ADDR", "LOG_FORMAT",
 }
 
 func loadConfig() (config, error) {
@@ -44,6 +48,11 @@ func loadConfig() (config, error) {
 		KafkaBrokers:    strings.Split(env("KAFKA_BROKERS", "127.0.0.1:9092"), ","),
 		KafkaVersion:    env("KAFKA_VERSION", ""),
 		HTTPAddr:        env("HTTP_ADDR", "127.0.0.1:8080"),
+		MetricsAddr:     env("METRICS_ADDR", "127.0.0.1:9464"),
+		LogFormat:       env("LOG_FORMAT", "json"),
+	}
+	if c.LogFormat != "json" && c.LogFormat != "text" {
+		return c, fmt.Errorf("LOG_FORMAT must be json or text, got %q", c.LogFormat)
 	}
 	if err := c.LogLevel.UnmarshalText([]byte(env("LOG_LEVEL", "info"))); err != nil {
 		return c, fmt.Errorf("LOG_LEVEL: %w", err)

@@ -47,10 +47,18 @@ func main() {
 		fmt.Fprintln(os.Stderr, "claimflow:", err)
 		os.Exit(2)
 	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
+	cmd, args := os.Args[1], os.Args[2:]
+	if _, set := os.LookupEnv("LOG_FORMAT"); !set && cmd == "dev" {
+		cfg.LogFormat = "text" // a person reads dev's terminal; machines read the services' logs
+	}
+	opts := &slog.HandlerOptions{Level: cfg.LogLevel}
+	var handler slog.Handler = slog.NewJSONHandler(os.Stderr, opts)
+	if cfg.LogFormat == "text" {
+		handler = slog.NewTextHandler(os.Stderr, opts)
+	}
+	log := slog.New(handler)
 	slog.SetDefault(log)
 
-	cmd, args := os.Args[1], os.Args[2:]
 	switch cmd {
 	case "dev":
 		err = runDev(ctx, cfg, log, args)

@@ -54,7 +54,7 @@ func runReplay(ctx context.Context, cfg config, log *slog.Logger, args []string,
 		report(file, replayer.ReplayWorkflowHistoryFromJSONFile(logger, file))
 	}
 	if *workflowID != "" || *query != "" {
-		c, err := dialTemporal(ctx, cfg, log)
+		c, err := dialTemporal(ctx, cfg, log, nil)
 		if err != nil {
 			return err
 		}

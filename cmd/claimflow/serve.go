@@ -13,6 +13,7 @@ import (
 	"github.com/IBM/sarama"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/interceptor"
 	temporallog "go.temporal.io/sdk/log"
 	sdkworker "go.temporal.io/sdk/worker"
 
@@ -44,11 +45,13 @@ func openDB(ctx context.Context, cfg config, maxConns int32) (*pgxpool.Pool, err
 	return pool, nil
 }
 
-func dialTemporal(ctx context.Context, cfg config, log *slog.Logger) (client.Client, error) {
+func dialTemporal(ctx context.Context, cfg config, log *slog.Logger, tel *telemetry) (client.Client, error) {
 	c, err := client.DialContext(ctx, client.Options{
 		HostPort:  cfg.TemporalAddress,
 		Namespace: cfg.Namespace,
 		Logger:    temporallog.NewStructuredLogger(log.With("component", "temporal-sdk")),
+		// nil telemetry (one-shot tools such as replay) records nothing.
+		MetricsHandler: metricsHandler(tel),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("connect to Temporal at %s: %w", cfg.TemporalAddress, err)
@@ -65,8 +68,10 @@ type apiService struct {
 }
 
 // startAPI serves the API on cfg.HTTPAddr until Stop.
-func startAPI(cfg config, log *slog.Logger, pool *pgxpool.Pool, tc client.Client) (*apiService, error) {
+func startAPI(cfg config, log *slog.Logger, pool *pgxpool.Pool, tc client.Client, tel *telemetry) (*apiService, error) {
 	handler := api.New(api.Config{
+		Metrics:   tel.Registry,
+		Gatherer:  tel.Registry,
 		Temporal:  tc,
 		DB:        pool,
 		Log:       log.With("component", "api"),
@@ -121,7 +126,7 @@ type workerService struct {
 	producer sarama.SyncProducer
 }
 
-func startWorker(cfg config, log *slog.Logger, pool *pgxpool.Pool, tc client.Client) (*workerService, error) {
+func startWorker(cfg config, log *slog.Logger, pool *pgxpool.Pool, tc client.Client, tel *telemetry) (*workerService, error) {
 	if err := worker.CheckActivities(); err != nil {
 		return nil, err
 	}
@@ -129,8 +134,12 @@ func startWorker(cfg config, log *slog.Logger, pool *pgxpool.Pool, tc client.Cli
 	if err != nil {
 		return nil, err
 	}
-	acts := &activities.Activities{DB: pool, Producer: producer, Log: log.With("component", "activities")}
-	w := worker.New(tc, acts, worker.Options{MaxConcurrentActivities: cfg.MaxActivities})
+	acts := &activities.Activities{DB: pool, Producer: producer, Log: log.With("component", "activities"),
+		Metrics: activities.NewMetrics(tel.Registry)}
+	w := worker.New(tc, acts, worker.Options{
+		MaxConcurrentActivities: cfg.MaxActivities,
+		Interceptors:            []interceptor.WorkerInterceptor{worker.NewAttemptMetrics(tel.Registry)},
+	})
 	if err := w.Start(); err != nil {
 		_ = producer.Close()
 		return nil, fmt.Errorf("start worker: %w", err)
@@ -162,12 +171,13 @@ func runAPICommand(ctx context.Context, cfg config, log *slog.Logger, args []str
 			return err
 		}
 	}
-	tc, err := dialTemporal(ctx, cfg, log)
+	tel := newTelemetry()
+	tc, err := dialTemporal(ctx, cfg, log, tel)
 	if err != nil {
 		return err
 	}
 	defer tc.Close()
-	svc, err := startAPI(cfg, log, pool, tc)
+	svc, err := startAPI(cfg, log, pool, tc, tel)
 	if err != nil {
 		return err
 	}
@@ -192,12 +202,18 @@ func runWorkerCommand(ctx context.Context, cfg config, log *slog.Logger, args []
 		return err
 	}
 	defer pool.Close()
-	tc, err := dialTemporal(ctx, cfg, log)
+	tel := newTelemetry()
+	stopMetrics, err := serveMetrics(cfg.MetricsAddr, tel, log)
+	if err != nil {
+		return err
+	}
+	defer stopMetrics()
+	tc, err := dialTemporal(ctx, cfg, log, tel)
 	if err != nil {
 		return err
 	}
 	defer tc.Close()
-	svc, err := startWorker(cfg, log, pool, tc)
+	svc, err := startWorker(cfg, log, pool, tc, tel)
 	if err != nil {
 		return err
 	}
@@ -217,4 +233,11 @@ func runMigrate(ctx context.Context, cfg config, log *slog.Logger, args []string
 	}
 	defer pool.Close()
 	return activities.Migrate(ctx, pool, log)
+}
+
+func metricsHandler(tel *telemetry) client.MetricsHandler {
+	if tel == nil {
+		return nil
+	}
+	return tel.Temporal.Handler()
 }

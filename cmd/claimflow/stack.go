@@ -67,7 +67,9 @@ type stack struct {
 	Client   client.Client
 	API      *apiService
 	Worker   *workerService
-	log      *slog.Logger
+	// Telemetry is served on the API's /metrics.
+	Telemetry *telemetry
+	log       *slog.Logger
 }
 
 // startStack starts every part and returns once the API answers. On error
@@ -166,15 +168,18 @@ func (s *stack) startServices(ctx context.Context) (err error) {
 	if err := activities.Migrate(ctx, s.Pool, s.log); err != nil {
 		return err
 	}
-	s.Client, err = dialTemporal(ctx, s.Config, s.log)
+	// A fresh registry per start: services restarted in this process
+	// register their metrics again.
+	s.Telemetry = newTelemetry()
+	s.Client, err = dialTemporal(ctx, s.Config, s.log, s.Telemetry)
 	if err != nil {
 		return err
 	}
-	s.Worker, err = startWorker(s.Config, s.log, s.Pool, s.Client)
+	s.Worker, err = startWorker(s.Config, s.log, s.Pool, s.Client, s.Telemetry)
 	if err != nil {
 		return err
 	}
-	s.API, err = startAPI(s.Config, s.log, s.Pool, s.Client)
+	s.API, err = startAPI(s.Config, s.log, s.Pool, s.Client, s.Telemetry)
 	return err
 }
 

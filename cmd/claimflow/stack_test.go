@@ -393,6 +393,24 @@ func TestIntegration(t *testing.T) {
 		}
 	})
 
+	t.Run("metrics show what happened", func(t *testing.T) {
+		text := metricsText(t, c)
+		for _, want := range []string{
+			`claimflow_claim_decisions_total{refusal="course_full",status="refused",workflow="Enrollment"} 180`,
+			`claimflow_claim_decisions_total{refusal="already_enrolled",status="refused",workflow="Enrollment"}`,
+			`claimflow_http_requests_total{method="POST",route="/v1/courses/:id/enrollments",status="409"}`,
+			`claimflow_activity_attempts_total{activity="Publish",attempt="first",outcome="ok"}`,
+			`claimflow_kafka_publish_seconds_count{topic="enrollment.events"}`,
+			`claimflow_dead_letters_open 0`,
+			`temporal_workflow_completed_total{`,
+			`go_goroutines`,
+		} {
+			if !strings.Contains(text, want) {
+				t.Errorf("/metrics lacks %s", want)
+			}
+		}
+	})
+
 	t.Run("cancel frees the seat and a cancelled student may enroll again", func(t *testing.T) {
 		c.must("POST", "/v1/courses", map[string]any{"id": "can101", "title": "Cancel", "capacity": 1}, http.StatusCreated)
 		e := c.must("POST", "/v1/courses/can101/enrollments?wait=confirmed", map[string]any{"student_id": "bob"}, http.StatusCreated)
@@ -492,6 +510,21 @@ func TestIntegration(t *testing.T) {
 		// The freed seat can be taken again.
 		c.must("POST", "/v1/courses/cmp101/enrollments", map[string]any{"student_id": "gus"}, http.StatusCreated)
 	})
+}
+
+// metricsText fetches the API's /metrics exposition.
+func metricsText(t *testing.T, c *apiClient) string {
+	t.Helper()
+	resp, err := c.http.Get(c.base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET /metrics = %d, %v", resp.StatusCode, err)
+	}
+	return string(b)
 }
 
 // waitDeadLetter waits for the dead letter of an enrollment's confirmation;
