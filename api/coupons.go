@@ -1,0 +1,659 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/claimflow/claimflow/workflows"
+)
+
+// couponRefusalStatus maps coupon refusals to HTTP answers. A use refused
+// with payout_declined or payout_failed was compensated: the coupon is
+// issued again.
+var couponRefusalStatus = map[workflows.Refusal]int{
+	workflows.RefusalSoldOut:            http.StatusConflict,
+	workflows.RefusalAlreadyIssued:      http.StatusConflict,
+	workflows.RefusalCouponTypeNotFound: http.StatusNotFound,
+	workflows.RefusalCouponNotFound:     http.StatusNotFound,
+	workflows.RefusalNotOwner:           http.StatusForbidden,
+	workflows.RefusalAlreadyUsed:        http.StatusConflict,
+	workflows.RefusalCouponRevoked:      http.StatusConflict,
+	workflows.RefusalPayoutDeclined:     http.StatusPaymentRequired,
+	workflows.RefusalPayoutFailed:       http.StatusBadGateway,
+}
+
+// useDecisionTimeout bounds a use request: the payout policy may take four
+// calls of up to 5 s each plus 7 s of backoff before the saga compensates.
+const useDecisionTimeout = 35 * time.Second
+
+const (
+	maxStock       = 1_000_000
+	maxPayoutCents = 1_000_000_000
+)
+
+func newID(prefix string) string {
+	return prefix + strings.ReplaceAll(uuid.NewString(), "-", "")[:12]
+}
+
+// ---- vendors ----
+
+type vendor struct {
+	ID           string         `json:"id"`
+	Name         string         `json:"name"`
+	BalanceCents int64          `json:"balance_cents"`
+	PayoutCount  int            `json:"payout_count"`
+	Payouts      []payoutRecord `json:"payouts"`
+	CreatedAt    time.Time      `json:"created_at"`
+}
+
+type payoutRecord struct {
+	LedgerID         int64     `json:"ledger_id"`
+	IdempotencyKey   string    `json:"idempotency_key"`
+	CouponID         string    `json:"coupon_id"`
+	UseID            string    `json:"use_id"`
+	VendorID         string    `json:"vendor_id"`
+	AmountCents      int64     `json:"amount_cents"`
+	ProviderPayoutID string    `json:"provider_payout_id"`
+	OrderID          *string   `json:"order_id,omitempty"`
+	RecordedAt       time.Time `json:"recorded_at"`
+}
+
+type createVendorRequest struct {
+	ID   string  `json:"id"`
+	Name *string `json:"name"`
+}
+
+func (s *server) createVendor(c *gin.Context) {
+	var req createVendorRequest
+	if !decodeJSON(c, &req) {
+		return
+	}
+	if req.ID == "" {
+		req.ID = newID("v-")
+	}
+	if !validID(c, "id", req.ID) || !validName(c, req.Name) {
+		return
+	}
+	tag, err := s.DB.Exec(c, `INSERT INTO vendors (id, name) VALUES ($1, $2) ON CONFLICT (id) DO NOTHING`,
+		req.ID, strings.TrimSpace(*req.Name))
+	if err != nil {
+		s.internalError(c, err)
+		return
+	}
+	if tag.RowsAffected() == 0 {
+		writeError(c, http.StatusConflict, "vendor_exists", "a vendor with this id already exists", "id")
+		return
+	}
+	got, err := s.loadVendor(c, req.ID)
+	if err != nil {
+		s.internalError(c, err)
+		return
+	}
+	c.JSON(http.StatusCreated, got)
+}
+
+func validName(c *gin.Context, name *string) bool {
+	switch {
+	case name == nil || strings.TrimSpace(*name) == "":
+		writeError(c, http.StatusBadRequest, "missing_field", "name is required", "name")
+		return false
+	case len(*name) > 200:
+		writeError(c, http.StatusBadRequest, "invalid_field", "name must be at most 200 bytes", "name")
+		return false
+	}
+	return true
+}
+
+func (s *server) getVendor(c *gin.Context) {
+	id := c.Param("id")
+	if !validID(c, "id", id) {
+		return
+	}
+	got, err := s.loadVendor(c, id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		writeError(c, http.StatusNotFound, "vendor_not_found", "no vendor with this id", "id")
+		return
+	}
+	if err != nil {
+		s.internalError(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, got)
+}
+
+// loadVendor returns the vendor with its balance and its latest 100 payouts.
+func (s *server) loadVendor(ctx context.Context, id string) (vendor, error) {
+	var v vendor
+	err := s.DB.QueryRow(ctx, `
+		SELECT id, name, balance_cents, created_at, (SELECT count(*) FROM payouts WHERE vendor_id = $1)
+		FROM vendors WHERE id = $1`, id).
+		Scan(&v.ID, &v.Name, &v.BalanceCents, &v.CreatedAt, &v.PayoutCount)
+	if err != nil {
+		return v, err
+	}
+	rows, err := s.DB.Query(ctx, `SELECT `+payoutColumns+` FROM payouts WHERE vendor_id = $1 ORDER BY id DESC LIMIT 100`, id)
+	if err != nil {
+		return v, err
+	}
+	v.Payouts, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (payoutRecord, error) { return scanPayout(r) })
+	return v, err
+}
+
+const payoutColumns = `id, idempotency_key, coupon_id, use_id, vendor_id, amount_cents, provider_payout_id, order_id, recorded_at`
+
+func scanPayout(row pgx.Row) (payoutRecord, error) {
+	var p payoutRecord
+	err := row.Scan(&p.LedgerID, &p.IdempotencyKey, &p.CouponID, &p.UseID, &p.VendorID, &p.AmountCents,
+		&p.ProviderPayoutID, &p.OrderID, &p.RecordedAt)
+	return p, err
+}
+
+// ---- coupon types ----
+
+type couponType struct {
+	ID          string    `json:"id"`
+	VendorID    string    `json:"vendor_id"`
+	Name        string    `json:"name"`
+	Stock       int       `json:"stock"`
+	Issued      int       `json:"issued"`
+	Remaining   int       `json:"remaining"`
+	PayoutCents int64     `json:"payout_cents"`
+	CreatedAt   time.Time `json:"created_at"`
+}
+
+type createCouponTypeRequest struct {
+	ID          string  `json:"id"`
+	VendorID    string  `json:"vendor_id"`
+	Name        *string `json:"name"`
+	Stock       *int    `json:"stock"`
+	PayoutCents *int64  `json:"payout_cents"`
+}
+
+func (s *server) createCouponType(c *gin.Context) {
+	var req createCouponTypeRequest
+	if !decodeJSON(c, &req) {
+		return
+	}
+	if req.ID == "" {
+		req.ID = newID("ct-")
+	}
+	if !validID(c, "id", req.ID) || !validID(c, "vendor_id", req.VendorID) || !validName(c, req.Name) {
+		return
+	}
+	switch {
+	case req.Stock == nil:
+		writeError(c, http.StatusBadRequest, "missing_field", "stock is required", "stock")
+		return
+	case *req.Stock < 0 || *req.Stock > maxStock:
+		writeError(c, http.StatusBadRequest, "invalid_field", "stock must be between 0 and 1000000", "stock")
+		return
+	case req.PayoutCents == nil:
+		writeError(c, http.StatusBadRequest, "missing_field", "payout_cents is required", "payout_cents")
+		return
+	case *req.PayoutCents < 1 || *req.PayoutCents > maxPayoutCents:
+		writeError(c, http.StatusBadRequest, "invalid_field", "payout_cents must be between 1 and 1000000000", "payout_cents")
+		return
+	}
+	tag, err := s.DB.Exec(c, `
+		INSERT INTO coupon_types (id, vendor_id, name, stock, payout_cents) VALUES ($1, $2, $3, $4, $5)
+		ON CONFLICT (id) DO NOTHING`, req.ID, req.VendorID, strings.TrimSpace(*req.Name), *req.Stock, *req.PayoutCents)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "23503" {
+		writeError(c, http.StatusNotFound, "vendor_not_found", "no vendor with this id", "vendor_id")
+		return
+	}
+	if err != nil {
+		s.internalError(c, err)
+		return
+	}
+	if tag.RowsAffected() == 0 {
+		writeError(c, http.StatusConflict, "coupon_type_exists", "a coupon type with this id already exists", "id")
+		return
+	}
+	got, err := s.loadCouponType(c, req.ID)
+	if err != nil {
+		s.internalError(c, err)
+		return
+	}
+	c.JSON(http.StatusCreated, got)
+}
+
+func (s *server) getCouponType(c *gin.Context) {
+	id := c.Param("id")
+	if !validID(c, "id", id) {
+		return
+	}
+	got, err := s.loadCouponType(c, id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		writeError(c, http.StatusNotFound, string(workflows.RefusalCouponTypeNotFound), "no coupon type with this id", "id")
+		return
+	}
+	if err != nil {
+		s.internalError(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, got)
+}
+
+func (s *server) loadCouponType(ctx context.Context, id string) (couponType, error) {
+	var t couponType
+	err := s.DB.QueryRow(ctx, `
+		SELECT id, vendor_id, name, stock, issued, payout_cents, created_at FROM coupon_types WHERE id = $1`, id).
+		Scan(&t.ID, &t.VendorID, &t.Name, &t.Stock, &t.Issued, &t.PayoutCents, &t.CreatedAt)
+	t.Remaining = t.Stock - t.Issued
+	return t, err
+}
+
+// ---- coupons ----
+
+type coupon struct {
+	ID             string        `json:"id"`
+	TypeID         string        `json:"type_id"`
+	VendorID       string        `json:"vendor_id,omitempty"`
+	UserID         string        `json:"user_id"`
+	Status         string        `json:"status"`
+	UseID          *string       `json:"use_id,omitempty"`
+	OrderID        *string       `json:"order_id,omitempty"`
+	WorkflowID     string        `json:"workflow_id"`
+	RunID          string        `json:"run_id"`
+	WorkflowURL    string        `json:"workflow_url,omitempty"`
+	UseWorkflowID  *string       `json:"use_workflow_id,omitempty"`
+	UseRunID       *string       `json:"use_run_id,omitempty"`
+	UseWorkflowURL string        `json:"use_workflow_url,omitempty"`
+	RequestedAt    *time.Time    `json:"requested_at,omitempty"`
+	IssuedAt       *time.Time    `json:"issued_at,omitempty"`
+	UsingAt        *time.Time    `json:"using_at,omitempty"`
+	UsedAt         *time.Time    `json:"used_at,omitempty"`
+	RevokedAt      *time.Time    `json:"revoked_at,omitempty"`
+	Payout         *payoutRecord `json:"payout,omitempty"`
+}
+
+type issueRequest struct {
+	UserID string `json:"user_id"`
+}
+
+func (s *server) issueCoupon(c *gin.Context) {
+	requestedAt := time.Now().UTC()
+	typeID := c.Param("id")
+	if !validID(c, "coupon_type_id", typeID) {
+		return
+	}
+	var req issueRequest
+	if !decodeJSON(c, &req) || !validID(c, "user_id", req.UserID) || !s.mayActFor(c, "user_id", req.UserID) {
+		return
+	}
+	release, answered := s.admitIssue(c, typeID, req.UserID)
+	if answered {
+		return
+	}
+	defer release()
+	couponID, err := uuid.NewV7()
+	if err != nil {
+		s.internalError(c, err)
+		return
+	}
+	in := workflows.IssueCouponInput{CouponID: couponID.String(), TypeID: typeID, UserID: req.UserID, RequestedAt: requestedAt}
+	workflowID := workflows.IssueCouponWorkflowID(typeID, req.UserID)
+	start := s.Temporal.NewWithStartWorkflowOperation(client.StartWorkflowOptions{
+		ID:        workflowID,
+		TaskQueue: workflows.TaskQueue,
+		// A concurrent second claim of the same user joins the running run
+		// (and is told already_issued); a closed run may be followed by a new one.
+		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
+		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
+		TypedSearchAttributes: temporal.NewSearchAttributes(
+			workflows.SearchCouponID.ValueSet(in.CouponID),
+			workflows.SearchCouponTypeID.ValueSet(typeID),
+			workflows.SearchClaimStatus.ValueSet(string(workflows.CouponPending)),
+		),
+	}, workflows.IssueCoupon, in)
+
+	d, runID, err := s.decideCoupon(c, start, workflowID, s.DecisionTimeout)
+	if err != nil {
+		s.unavailable(c, fmt.Errorf("issue coupon of %s to %s: %w", typeID, req.UserID, err))
+		return
+	}
+	s.metrics.decided("IssueCoupon", string(d.Status), string(d.Refusal))
+	if d.Status == workflows.CouponFailed {
+		s.internalError(c, fmt.Errorf("issue coupon of %s to %s: %s", typeID, req.UserID, d.Message))
+		return
+	}
+	if d.Status == workflows.CouponRefused {
+		body := refusalBody(d)
+		if d.Refusal == workflows.RefusalAlreadyIssued && d.CouponID != "" {
+			body["coupon_id"] = d.CouponID
+		}
+		c.AbortWithStatusJSON(couponStatusOf(d.Refusal), body)
+		return
+	}
+	c.JSON(http.StatusCreated, coupon{
+		ID: d.CouponID, TypeID: typeID, UserID: req.UserID, Status: string(d.Status),
+		WorkflowID: workflowID, RunID: runID, WorkflowURL: s.runURL(workflowID, runID),
+	})
+}
+
+// Claims of one coupon type that are decided by runs at the same time, per
+// API process: at most the stock left, and at most maxIssueRunsPerType.
+const maxIssueRunsPerType = 32
+
+// admitIssue decides whether a claim needs a run. It answers at once, from
+// the database, the claims the database already settles: an unknown type, a
+// user who holds a coupon of the type, a sold-out type. The others start a
+// run, but no more at once per type than the stock left (a run beyond it
+// could only be refused) and than maxIssueRunsPerType (a hot type must not
+// swamp Temporal): a claim over the bound waits until a run of the type
+// ends, then looks again — usually to find the type sold out. When 1,000
+// users rush a stock of 100, about 100 runs decide the winners and every
+// other claim is answered here, quickly. This is only a read and a queue:
+// the run's conditional UPDATE stays the guard that never issues beyond the
+// stock (stock only comes back through an operator's revoke, so at worst a
+// claim racing a revoke is told sold_out). After DecisionTimeout of waiting,
+// or on a database error, the claim starts its run anyway and the run
+// decides. answered says the claim was answered; otherwise release must be
+// called once its run has decided.
+func (s *server) admitIssue(c *gin.Context, typeID, userID string) (release func(), answered bool) {
+	waitUntil := time.Now().Add(s.DecisionTimeout)
+	for {
+		remaining, answered := s.answerIssueFromDB(c, typeID, userID)
+		if answered {
+			return nil, true
+		}
+		if remaining < 0 || time.Now().After(waitUntil) {
+			return s.issueGate.enter(typeID), false
+		}
+		release, wait := s.issueGate.tryEnter(typeID, min(remaining, maxIssueRunsPerType))
+		if release != nil {
+			return release, false
+		}
+		select {
+		case <-wait:
+		case <-time.After(time.Until(waitUntil)):
+		case <-c.Request.Context().Done():
+			return s.issueGate.enter(typeID), false
+		}
+	}
+}
+
+// issueGate counts, per coupon type, the issue runs this process is waiting
+// on. The zero value is ready to use.
+type issueGate struct {
+	mu    sync.Mutex
+	types map[string]*typeRuns
+}
+
+type typeRuns struct {
+	inflight int
+	// ended is closed (and replaced) whenever a run of the type ends.
+	ended chan struct{}
+}
+
+// tryEnter admits a run if fewer than limit are in flight; otherwise it
+// returns a channel closed when one ends.
+func (g *issueGate) tryEnter(typeID string, limit int) (release func(), wait <-chan struct{}) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	t := g.typeLocked(typeID)
+	if t.inflight >= limit {
+		return nil, t.ended
+	}
+	t.inflight++
+	return func() { g.leave(typeID) }, nil
+}
+
+// enter admits a run whatever the count.
+func (g *issueGate) enter(typeID string) (release func()) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.typeLocked(typeID).inflight++
+	return func() { g.leave(typeID) }
+}
+
+func (g *issueGate) typeLocked(typeID string) *typeRuns {
+	if g.types == nil {
+		g.types = map[string]*typeRuns{}
+	}
+	t, ok := g.types[typeID]
+	if !ok {
+		t = &typeRuns{ended: make(chan struct{})}
+		g.types[typeID] = t
+	}
+	return t
+}
+
+func (g *issueGate) leave(typeID string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	t := g.types[typeID]
+	t.inflight--
+	close(t.ended)
+	t.ended = make(chan struct{})
+	if t.inflight == 0 {
+		delete(g.types, typeID)
+	}
+}
+
+// answerIssueFromDB answers a claim the database settles (see admitIssue)
+// and otherwise returns the stock left (-1 when it could not be read).
+func (s *server) answerIssueFromDB(c *gin.Context, typeID, userID string) (remaining int, answered bool) {
+	var stock, issued int
+	var holder *string
+	err := s.DB.QueryRow(c, `
+		SELECT t.stock, t.issued,
+		       (SELECT id FROM coupons WHERE type_id = t.id AND user_id = $2 AND status <> 'revoked')
+		FROM coupon_types t WHERE t.id = $1`, typeID, userID).Scan(&stock, &issued, &holder)
+	var d workflows.CouponDecision
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		d = workflows.CouponDecision{Refusal: workflows.RefusalCouponTypeNotFound,
+			Message: fmt.Sprintf("coupon type %q does not exist", typeID)}
+	case err != nil:
+		return -1, false
+	case holder != nil:
+		d = workflows.CouponDecision{CouponID: *holder, Refusal: workflows.RefusalAlreadyIssued,
+			Message: fmt.Sprintf("user %q already holds a coupon of type %q", userID, typeID)}
+	case issued >= stock:
+		d = workflows.CouponDecision{Refusal: workflows.RefusalSoldOut, Message: fmt.Sprintf("coupon type %q is sold out", typeID)}
+	default:
+		return stock - issued, false
+	}
+	d.Status = workflows.CouponRefused
+	s.metrics.decided("IssueCoupon", string(d.Status), string(d.Refusal))
+	body := refusalBody(d)
+	if d.CouponID != "" {
+		body["coupon_id"] = d.CouponID
+	}
+	c.AbortWithStatusJSON(couponStatusOf(d.Refusal), body)
+	return 0, true
+}
+
+type useRequest struct {
+	UserID  string `json:"user_id"`
+	OrderID string `json:"order_id"`
+}
+
+// useAnswer is the 200 answer of a use.
+type useAnswer struct {
+	Status      string        `json:"status"`
+	CouponID    string        `json:"coupon_id"`
+	UseID       string        `json:"use_id"`
+	UserID      string        `json:"user_id"`
+	OrderID     string        `json:"order_id,omitempty"`
+	Payout      *payoutRecord `json:"payout"`
+	WorkflowID  string        `json:"workflow_id"`
+	RunID       string        `json:"run_id"`
+	WorkflowURL string        `json:"workflow_url,omitempty"`
+}
+
+func (s *server) useCoupon(c *gin.Context) {
+	requestedAt := time.Now().UTC()
+	couponID := c.Param("id")
+	if !validID(c, "coupon_id", couponID) {
+		return
+	}
+	var req useRequest
+	if !decodeJSON(c, &req) || !validID(c, "user_id", req.UserID) || !s.mayActFor(c, "user_id", req.UserID) {
+		return
+	}
+	if req.OrderID != "" && !validID(c, "order_id", req.OrderID) {
+		return
+	}
+	current, err := s.loadCoupon(c, couponID)
+	if errors.Is(err, pgx.ErrNoRows) {
+		writeError(c, http.StatusNotFound, string(workflows.RefusalCouponNotFound), "no coupon with this id", "coupon_id")
+		return
+	}
+	if err != nil {
+		s.internalError(c, err)
+		return
+	}
+	useID, err := uuid.NewV7()
+	if err != nil {
+		s.internalError(c, err)
+		return
+	}
+	ureq := workflows.UseRequest{UseID: useID.String(), UserID: req.UserID, OrderID: req.OrderID, RequestedAt: requestedAt}
+	workflowID := workflows.UseCouponWorkflowID(couponID)
+	start := s.Temporal.NewWithStartWorkflowOperation(client.StartWorkflowOptions{
+		ID:        workflowID,
+		TaskQueue: workflows.TaskQueue,
+		// Every request to use this coupon meets in the running run; once it
+		// closed (used, or compensated) a new request starts a new one.
+		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
+		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
+		TypedSearchAttributes: temporal.NewSearchAttributes(
+			workflows.SearchCouponID.ValueSet(couponID),
+			workflows.SearchCouponTypeID.ValueSet(current.TypeID),
+			workflows.SearchVendorID.ValueSet(current.VendorID),
+			workflows.SearchClaimStatus.ValueSet(string(workflows.CouponPending)),
+		),
+	}, workflows.UseCoupon, workflows.UseCouponInput{CouponID: couponID, Request: ureq})
+
+	d, runID, err := s.decideCoupon(c, start, workflowID, max(s.DecisionTimeout, useDecisionTimeout), ureq)
+	if err != nil {
+		s.unavailable(c, fmt.Errorf("use coupon %s for %s: %w", couponID, req.UserID, err))
+		return
+	}
+	s.metrics.decided("UseCoupon", string(d.Status), string(d.Refusal))
+	switch d.Status {
+	case workflows.CouponFailed:
+		s.internalError(c, fmt.Errorf("use coupon %s for %s: %s", couponID, req.UserID, d.Message))
+		return
+	case workflows.CouponRefused:
+		body := refusalBody(d)
+		body["coupon_id"] = couponID
+		if d.Refusal == workflows.RefusalPayoutDeclined || d.Refusal == workflows.RefusalPayoutFailed {
+			// Compensated: the coupon is the user's and unused again.
+			body["use_id"] = d.UseID
+			body["coupon_status"] = string(workflows.CouponIssued)
+		}
+		c.AbortWithStatusJSON(couponStatusOf(d.Refusal), body)
+		return
+	}
+	answer := useAnswer{
+		Status: string(d.Status), CouponID: couponID, UseID: d.UseID, UserID: req.UserID, OrderID: req.OrderID,
+		WorkflowID: workflowID, RunID: runID, WorkflowURL: s.runURL(workflowID, runID),
+	}
+	if p := d.Payout; p != nil {
+		answer.Payout = &payoutRecord{
+			LedgerID: p.LedgerID, IdempotencyKey: p.IdempotencyKey, CouponID: couponID, UseID: d.UseID,
+			VendorID: p.VendorID, AmountCents: p.AmountCents, ProviderPayoutID: p.ProviderPayoutID, RecordedAt: p.RecordedAt,
+		}
+		if req.OrderID != "" {
+			answer.Payout.OrderID = &req.OrderID
+		}
+	}
+	c.JSON(http.StatusOK, answer)
+}
+
+func refusalBody(d workflows.CouponDecision) gin.H {
+	return gin.H{"error": apiError{Code: string(d.Refusal), Message: d.Message}}
+}
+
+func couponStatusOf(r workflows.Refusal) int {
+	if status, ok := couponRefusalStatus[r]; ok {
+		return status
+	}
+	return http.StatusConflict
+}
+
+// decideCoupon starts (or joins) a coupon run and waits for its decision
+// update; args are the update's arguments.
+func (s *server) decideCoupon(c *gin.Context, start client.WithStartWorkflowOperation, workflowID string,
+	timeout time.Duration, args ...any) (workflows.CouponDecision, string, error) {
+	ctx, cancel := context.WithTimeout(c.Request.Context(), timeout)
+	defer cancel()
+	handle, err := s.Temporal.UpdateWithStartWorkflow(ctx, client.UpdateWithStartWorkflowOptions{
+		StartWorkflowOperation: start,
+		UpdateOptions: client.UpdateWorkflowOptions{
+			WorkflowID:   workflowID,
+			UpdateName:   workflows.UpdateDecision,
+			Args:         args,
+			WaitForStage: client.WorkflowUpdateStageCompleted,
+		},
+	})
+	if err != nil {
+		return workflows.CouponDecision{}, "", err
+	}
+	var d workflows.CouponDecision
+	if err := handle.Get(ctx, &d); err != nil {
+		return workflows.CouponDecision{}, "", err
+	}
+	return d, handle.RunID(), nil
+}
+
+func (s *server) getCoupon(c *gin.Context) {
+	id := c.Param("id")
+	if !validID(c, "id", id) {
+		return
+	}
+	got, err := s.loadCoupon(c, id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		writeError(c, http.StatusNotFound, string(workflows.RefusalCouponNotFound), "no coupon with this id", "id")
+		return
+	}
+	if err != nil {
+		s.internalError(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, got)
+}
+
+func (s *server) loadCoupon(ctx context.Context, id string) (coupon, error) {
+	var k coupon
+	err := s.DB.QueryRow(ctx, `
+		SELECT c.id, c.type_id, t.vendor_id, c.user_id, c.status, c.use_id, c.order_id, c.workflow_id, c.run_id,
+		       c.use_workflow_id, c.use_run_id, c.requested_at, c.issued_at, c.using_at, c.used_at, c.revoked_at
+		FROM coupons c JOIN coupon_types t ON t.id = c.type_id WHERE c.id = $1`, id).
+		Scan(&k.ID, &k.TypeID, &k.VendorID, &k.UserID, &k.Status, &k.UseID, &k.OrderID, &k.WorkflowID, &k.RunID,
+			&k.UseWorkflowID, &k.UseRunID, &k.RequestedAt, &k.IssuedAt, &k.UsingAt, &k.UsedAt, &k.RevokedAt)
+	if err != nil {
+		return k, err
+	}
+	k.WorkflowURL = s.runURL(k.WorkflowID, k.RunID)
+	if k.UseWorkflowID != nil && k.UseRunID != nil {
+		k.UseWorkflowURL = s.runURL(*k.UseWorkflowID, *k.UseRunID)
+	}
+	if k.Status == string(workflows.CouponUsed) {
+		p, err := scanPayout(s.DB.QueryRow(ctx, `SELECT `+payoutColumns+` FROM payouts WHERE coupon_id = $1`, id))
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return k, err
+		}
+		if err == nil {
+			k.Payout = &p
+		}
+	}
+	return k, nil
+}

@@ -1,0 +1,578 @@
+package workflows
+
+import (
+	"fmt"
+	"time"
+
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+)
+
+// PayoutRetryPolicy is the issue's payout backoff: 1 s → 2 s → 4 s, four
+// attempts, then the use is compensated. A decline is never retried.
+var PayoutRetryPolicy = &temporal.RetryPolicy{
+	InitialInterval:        time.Second,
+	BackoffCoefficient:     2,
+	MaximumInterval:        4 * time.Second,
+	MaximumAttempts:        4,
+	NonRetryableErrorTypes: []string{string(RefusalPayoutDeclined)},
+}
+
+// PayoutAttemptTimeout bounds one PayVendor attempt on the server side; the
+// activity's HTTP client gives up earlier (PAYOUT_TIMEOUT, at most 15 s), so
+// a hanging payout API becomes a retry with the same idempotency key.
+const PayoutAttemptTimeout = 20 * time.Second
+
+func payoutOptions(ctx workflow.Context) workflow.Context {
+	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		StartToCloseTimeout: PayoutAttemptTimeout,
+		RetryPolicy:         PayoutRetryPolicy,
+	})
+}
+
+// couponStatusSetter keeps a coupon run's status and its ClaimStatus search
+// attribute in step; a refusal shows as its code.
+func couponStatusSetter(state *CouponState) func(workflow.Context, CouponStatus) {
+	return func(ctx workflow.Context, s CouponStatus) {
+		state.Status = s
+		claim := string(s)
+		if s == CouponRefused {
+			claim = string(state.Refusal)
+		}
+		// A failed upsert only makes the UI filter stale; it must not fail the saga.
+		if err := workflow.UpsertTypedSearchAttributes(ctx, SearchClaimStatus.ValueSet(claim)); err != nil {
+			workflow.GetLogger(ctx).Warn("upsert ClaimStatus failed", "error", err)
+		}
+	}
+}
+
+func upsertCouponAttributes(ctx workflow.Context, typeID, vendorID string) {
+	if err := workflow.UpsertTypedSearchAttributes(ctx,
+		SearchCouponTypeID.ValueSet(typeID), SearchVendorID.ValueSet(vendorID)); err != nil {
+		workflow.GetLogger(ctx).Warn("upsert search attributes failed", "error", err)
+	}
+}
+
+// parkingFor lets publishOrPark park a coupon run's message: the run shows
+// dead_lettered, and the status it had once the message is out.
+func parkingFor(state *CouponState, setStatus func(workflow.Context, CouponStatus)) parking {
+	before := state.Status
+	return parking{
+		deadLetterID: &state.DeadLetterID,
+		lastError:    &state.LastError,
+		park:         func(ctx workflow.Context) { setStatus(ctx, CouponDeadLettered) },
+		unpark:       func(ctx workflow.Context) { setStatus(ctx, before) },
+	}
+}
+
+func couponUndecided(couponID string, err error) CouponDecision {
+	d := undecided(couponID, err)
+	return CouponDecision{CouponID: couponID, Status: CouponFailed, Message: d.Message}
+}
+
+// awaitHandlers lets every waiting caller have its answer before the run
+// closes, also when the run was cancelled.
+func awaitHandlers(ctx workflow.Context) {
+	_ = awaitDisconnected(ctx, func() bool { return workflow.AllHandlersFinished(ctx) })
+}
+
+func awaitDisconnected(ctx workflow.Context, cond func() bool) error {
+	dctx, cancel := workflow.NewDisconnectedContext(ctx)
+	defer cancel()
+	return workflow.Await(dctx, cond)
+}
+
+// ---- IssueCoupon ----
+
+// issue is one run of the issue saga.
+type issue struct {
+	in        IssueCouponInput
+	state     CouponState
+	setStatus func(workflow.Context, CouponStatus)
+	decision  *CouponDecision
+	// answered counts decision requests: the first is the claim itself, any
+	// later one a second claim of the same type by the same user.
+	answered int
+	saga     saga
+	// revoked is what the compensation found: the coupon was taken back.
+	revoked bool
+}
+
+// IssueCoupon takes one unit of a coupon type's stock for a user and
+// publishes coupon.issued. The caller learns the outcome through
+// UpdateDecision as soon as the stock is decided; the coupon is the user's
+// from then on. If coupon.issued cannot be published the run dead-letters it
+// as enrollments do; the operator's compensate revokes the coupon (stock
+// back, coupon.revoked) unless it is already being used, in which case the
+// event is discarded.
+func IssueCoupon(ctx workflow.Context, in IssueCouponInput) (CouponState, error) {
+	is := &issue{in: in, state: CouponState{
+		CouponID: in.CouponID, CouponTypeID: in.TypeID, UserID: in.UserID, Status: CouponPending,
+	}}
+	is.setStatus = couponStatusSetter(&is.state)
+	if err := is.registerHandlers(ctx); err != nil {
+		return is.state, err
+	}
+	err := is.run(ctx)
+	if is.decision == nil {
+		is.decide(ctx, couponUndecided(in.CouponID, err))
+	}
+	awaitHandlers(ctx)
+	return is.state, err
+}
+
+func (is *issue) registerHandlers(ctx workflow.Context) error {
+	if err := workflow.SetQueryHandler(ctx, QueryStatus, func() (CouponState, error) {
+		return is.state, nil
+	}); err != nil {
+		return fmt.Errorf("register status query: %w", err)
+	}
+	return workflow.SetUpdateHandler(ctx, UpdateDecision, func(ctx workflow.Context) (CouponDecision, error) {
+		is.answered++
+		first := is.answered == 1
+		// The run decides before it ends, also when cancelled: wait on a
+		// disconnected context so the caller hears the decision.
+		if err := awaitDisconnected(ctx, func() bool { return is.decision != nil }); err != nil {
+			return CouponDecision{}, err
+		}
+		d := *is.decision
+		if !first && d.Status == CouponIssued {
+			// The coupon is already this user's: a second claim gets the
+			// answer the database gives once this run is over.
+			d = CouponDecision{CouponID: d.CouponID, Status: CouponRefused, Refusal: RefusalAlreadyIssued,
+				Message: "user already holds a coupon of this type"}
+		}
+		return d, nil
+	})
+}
+
+func (is *issue) decide(ctx workflow.Context, d CouponDecision) {
+	is.decision = &d
+	is.setStatus(ctx, d.Status)
+}
+
+func (is *issue) run(ctx workflow.Context) (err error) {
+	defer func() {
+		// A cancelled run (operator `temporal workflow cancel`) gives its stock back.
+		if temporal.IsCanceledError(err) && len(is.saga.compensations) > 0 {
+			dctx, cancel := workflow.NewDisconnectedContext(ctx)
+			defer cancel()
+			if cerr := is.fail(dctx); cerr != nil {
+				err = fmt.Errorf("%w; %w", err, cerr)
+			}
+		}
+	}()
+	info := workflow.GetInfo(ctx)
+
+	is.saga.add(func(ctx workflow.Context) error {
+		var res RevokeCouponResult
+		err := workflow.ExecuteActivity(compensationOptions(ctx), ActivityRevokeCoupon,
+			RevokeCouponInput{CouponID: is.in.CouponID}).Get(ctx, &res)
+		is.revoked = res.Revoked
+		return err
+	})
+	var reserved ReserveCouponResult
+	err = workflow.ExecuteActivity(databaseOptions(ctx), ActivityReserveCoupon, ReserveCouponInput{
+		CouponID:    is.in.CouponID,
+		TypeID:      is.in.TypeID,
+		UserID:      is.in.UserID,
+		WorkflowID:  info.WorkflowExecution.ID,
+		RunID:       info.WorkflowExecution.RunID,
+		RequestedAt: is.in.RequestedAt,
+	}).Get(ctx, &reserved)
+	if refused, ok := couponRefusalOf(err); ok {
+		// Nothing was taken, so there is nothing to compensate.
+		is.saga.compensations = nil
+		is.state.Refusal = refused.Refusal
+		d := CouponDecision{CouponID: is.in.CouponID, Status: CouponRefused, Refusal: refused.Refusal, Message: refused.Message}
+		if refused.Holder != "" {
+			d.CouponID = refused.Holder
+		}
+		is.decide(ctx, d)
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("reserve coupon: %w", err)
+	}
+	is.state.VendorID = reserved.VendorID
+	upsertCouponAttributes(ctx, is.in.TypeID, reserved.VendorID)
+	is.decide(ctx, CouponDecision{CouponID: is.in.CouponID, Status: CouponIssued})
+
+	issued := Message{Topic: CouponTopic, Key: is.in.TypeID, Event: Event{
+		ID:         EventID(is.in.CouponID, EventCouponIssued),
+		Type:       EventCouponIssued,
+		OccurredAt: workflow.Now(ctx).UTC(),
+		Data:       is.eventData(),
+	}}
+	action, err := publishOrPark(ctx, issued, "", parkingFor(&is.state, is.setStatus))
+	if err != nil {
+		return err
+	}
+	if action == ActionCompensate {
+		return is.fail(ctx)
+	}
+	// coupon.issued is out: nothing is compensated any more.
+	is.saga.compensations = nil
+	return nil
+}
+
+// fail takes the coupon back (if it is still unused), tells downstream and
+// settles the dead letter. Both the operator's compensate and a cancelled
+// run end here; on cancel ctx is disconnected.
+func (is *issue) fail(ctx workflow.Context) error {
+	if err := is.saga.compensate(ctx); err != nil {
+		return fmt.Errorf("compensate coupon %s: %w", is.in.CouponID, err)
+	}
+	if is.decision == nil || is.decision.Status != CouponIssued {
+		// Undecided (cancelled while reserving): any stock taken is back.
+		is.setStatus(ctx, CouponFailed)
+		return nil
+	}
+	if !is.revoked {
+		// The user is already using (or has used) the coupon: it cannot be
+		// taken back, so the operator's compensate drops the event instead.
+		is.setStatus(ctx, CouponIssued)
+		return resolveDeadLetter(ctx, is.state.DeadLetterID, DeadLetterDiscarded)
+	}
+	is.setStatus(ctx, CouponRevoked)
+	revoked := Message{Topic: CouponTopic, Key: is.in.TypeID, Event: Event{
+		ID:         EventID(is.in.CouponID, EventCouponRevoked),
+		Type:       EventCouponRevoked,
+		OccurredAt: workflow.Now(ctx).UTC(),
+		Data:       is.eventData(),
+	}}
+	// Downstream must learn that the coupon was taken back; this publish
+	// retries until Kafka is back rather than dead-lettering again.
+	if err := workflow.ExecuteActivity(compensationOptions(ctx), ActivityPublish,
+		PublishInput{Message: revoked}).Get(ctx, nil); err != nil {
+		return fmt.Errorf("publish %s: %w", revoked.Event.ID, err)
+	}
+	return resolveDeadLetter(ctx, is.state.DeadLetterID, DeadLetterCompensated)
+}
+
+func (is *issue) eventData() map[string]any {
+	return map[string]any{
+		"coupon_id":      is.in.CouponID,
+		"coupon_type_id": is.in.TypeID,
+		"vendor_id":      is.state.VendorID,
+		"user_id":        is.in.UserID,
+	}
+}
+
+// ---- UseCoupon ----
+
+// useAttempt is one attempt to use the coupon: the request that started it
+// and every request of the same user that arrived while it was queued or in
+// flight (a double click, a client retry) share its outcome.
+type useAttempt struct {
+	req      UseRequest
+	done     bool
+	decision CouponDecision
+}
+
+func (a *useAttempt) finish(d CouponDecision) {
+	a.decision, a.done = d, true
+}
+
+// use is one run of the use saga.
+type use struct {
+	in        UseCouponInput
+	state     CouponState
+	setStatus func(workflow.Context, CouponStatus)
+	// attempts in arrival order; the run works through them one at a time.
+	attempts []*useAttempt
+	next     int
+	// usedBy is the attempt that used the coupon, once one did.
+	usedBy *useAttempt
+	saga   saga
+}
+
+// UseCoupon uses a coupon: mark it used (the owner's, still issued) → pay
+// the vendor through its payout API with an idempotency key derived here →
+// record the payout in the ledger and the vendor's balance → publish
+// coupon.used. A declined payout (non-retryable) or one that keeps failing
+// (PayoutRetryPolicy) is compensated: the coupon goes back to issued and
+// coupon.use_failed is published.
+//
+// Every request to use one coupon meets in this run (workflow ID
+// coupon-use:<coupon>, conflict policy USE_EXISTING) and is answered
+// through UpdateDecision, whose argument is the request's UseRequest:
+//
+//   - The request that starts an attempt gets its outcome: used with the
+//     payout, or the refusal (not_owner, already_used, coupon_not_found,
+//     coupon_revoked, payout_declined, payout_failed).
+//   - A request of the same user that arrives while that attempt is queued
+//     or in flight is the same use asked twice: it shares the outcome, except
+//     that a success answers it already_used (the coupon was used once, by
+//     the other request).
+//   - Once the coupon is used, later requests are answered at once:
+//     already_used for the owner, not_owner for anyone else.
+//   - A request that arrives after an attempt failed and was compensated, or
+//     from another user, starts a new attempt (a new UseID, so a new payout
+//     key) once the current one is over: attempts never overlap, so the
+//     coupon is held by at most one use at a time.
+//
+// After the vendor is paid nothing is undone: the run then finishes the use
+// even if cancelled, and an operator's compensate of a dead-lettered
+// coupon.used drops the event (a payout cannot be taken back).
+func UseCoupon(ctx workflow.Context, in UseCouponInput) (CouponState, error) {
+	u := &use{in: in, state: CouponState{CouponID: in.CouponID, UserID: in.Request.UserID, Status: CouponPending}}
+	u.setStatus = couponStatusSetter(&u.state)
+	u.attempts = []*useAttempt{{req: in.Request}}
+	if err := u.registerHandlers(ctx); err != nil {
+		return u.state, err
+	}
+	var err error
+	for {
+		// Work until no attempt is queued and every caller has its answer.
+		if err = workflow.Await(ctx, func() bool {
+			return u.next < len(u.attempts) || workflow.AllHandlersFinished(ctx)
+		}); err != nil {
+			break
+		}
+		if u.next == len(u.attempts) {
+			break
+		}
+		a := u.attempts[u.next]
+		u.next++
+		if err = u.attempt(ctx, a); err != nil {
+			break
+		}
+	}
+	if err != nil {
+		// Cancelled: callers still waiting hear so.
+		for _, a := range u.attempts {
+			if !a.done {
+				a.finish(couponUndecided(in.CouponID, err))
+			}
+		}
+		if u.state.Status != CouponUsed {
+			u.setStatus(ctx, CouponFailed)
+		}
+	}
+	awaitHandlers(ctx)
+	return u.state, err
+}
+
+func (u *use) registerHandlers(ctx workflow.Context) error {
+	if err := workflow.SetQueryHandler(ctx, QueryStatus, func() (CouponState, error) {
+		return u.state, nil
+	}); err != nil {
+		return fmt.Errorf("register status query: %w", err)
+	}
+	return workflow.SetUpdateHandler(ctx, UpdateDecision, func(ctx workflow.Context, req UseRequest) (CouponDecision, error) {
+		a := u.attach(req)
+		if a == nil {
+			return u.afterUse(req), nil
+		}
+		// Every attempt is finished before the run ends, also when it is
+		// cancelled (a cancelled run finishes a use whose payout is in flight).
+		if err := awaitDisconnected(ctx, func() bool { return a.done }); err != nil {
+			return CouponDecision{}, err
+		}
+		d := a.decision
+		if d.Status == CouponUsed && req.UseID != a.req.UseID {
+			d = u.afterUse(req)
+		}
+		return d, nil
+	})
+}
+
+// attach finds the attempt that answers req, queueing a new one if needed;
+// nil means the coupon is already used and req is answered at once.
+func (u *use) attach(req UseRequest) *useAttempt {
+	for _, a := range u.attempts {
+		if a.req.UseID == req.UseID {
+			return a // the request that started this attempt (the run's input)
+		}
+	}
+	if u.usedBy != nil {
+		return nil
+	}
+	for _, a := range u.attempts {
+		if !a.done && a.req.UserID == req.UserID {
+			return a
+		}
+	}
+	a := &useAttempt{req: req}
+	u.attempts = append(u.attempts, a)
+	return a
+}
+
+// afterUse answers a request for a coupon this run has used.
+func (u *use) afterUse(req UseRequest) CouponDecision {
+	d := CouponDecision{CouponID: u.in.CouponID, UseID: u.usedBy.req.UseID, Status: CouponRefused,
+		Refusal: RefusalAlreadyUsed, Message: fmt.Sprintf("coupon %s is already used", u.in.CouponID)}
+	if req.UserID != u.usedBy.req.UserID {
+		d.Refusal, d.Message = RefusalNotOwner, fmt.Sprintf("coupon %s belongs to another user", u.in.CouponID)
+	}
+	return d
+}
+
+// attempt runs the saga for one use attempt. It returns an error only when
+// the run must stop (cancelled before the vendor could be paid).
+func (u *use) attempt(ctx workflow.Context, a *useAttempt) (err error) {
+	if u.usedBy != nil {
+		a.finish(u.afterUse(a.req))
+		return nil
+	}
+	u.state.UseID, u.state.UserID, u.state.Refusal, u.state.LastError = a.req.UseID, a.req.UserID, "", ""
+	u.state.Attempts++
+	u.saga = saga{}
+	defer func() {
+		// Cancelled while holding the coupon, before any payout: give it back.
+		if temporal.IsCanceledError(err) && len(u.saga.compensations) > 0 {
+			dctx, cancel := workflow.NewDisconnectedContext(ctx)
+			defer cancel()
+			if cerr := u.saga.compensate(dctx); cerr != nil {
+				err = fmt.Errorf("%w; %w", err, cerr)
+			}
+		}
+	}()
+	info := workflow.GetInfo(ctx)
+	key := PayoutKey(u.in.CouponID, a.req.UseID)
+
+	u.saga.add(func(ctx workflow.Context) error {
+		return workflow.ExecuteActivity(compensationOptions(ctx), ActivityUnmarkCouponUsed,
+			UnmarkCouponUsedInput{CouponID: u.in.CouponID, UseID: a.req.UseID}).Get(ctx, nil)
+	})
+	var marked MarkCouponUsedResult
+	err = workflow.ExecuteActivity(databaseOptions(ctx), ActivityMarkCouponUsed, MarkCouponUsedInput{
+		CouponID:   u.in.CouponID,
+		UserID:     a.req.UserID,
+		UseID:      a.req.UseID,
+		OrderID:    a.req.OrderID,
+		WorkflowID: info.WorkflowExecution.ID,
+		RunID:      info.WorkflowExecution.RunID,
+	}).Get(ctx, &marked)
+	if refused, ok := couponRefusalOf(err); ok {
+		// The coupon was not taken, so there is nothing to compensate.
+		u.saga.compensations = nil
+		u.state.Refusal = refused.Refusal
+		u.setStatus(ctx, CouponRefused)
+		a.finish(CouponDecision{CouponID: u.in.CouponID, UseID: a.req.UseID, Status: CouponRefused,
+			Refusal: refused.Refusal, Message: refused.Message})
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("mark coupon %s used: %w", u.in.CouponID, err)
+	}
+	u.state.CouponTypeID, u.state.VendorID = marked.TypeID, marked.VendorID
+	upsertCouponAttributes(ctx, marked.TypeID, marked.VendorID)
+	u.setStatus(ctx, CouponUsing)
+
+	// From here on the vendor may be paid at any moment, so the use is
+	// finished whatever happens to the run: a cancel must not leave a paid
+	// use unrecorded, nor hand back a coupon whose payout is in flight.
+	dctx, cancel := workflow.NewDisconnectedContext(ctx)
+	defer cancel()
+	var paid PayVendorResult
+	err = workflow.ExecuteActivity(payoutOptions(dctx), ActivityPayVendor, PayVendorInput{
+		IdempotencyKey: key,
+		CouponID:       u.in.CouponID,
+		UseID:          a.req.UseID,
+		VendorID:       marked.VendorID,
+		AmountCents:    marked.AmountCents,
+		OrderID:        a.req.OrderID,
+	}).Get(dctx, &paid)
+	if err != nil {
+		refusal := RefusalPayoutFailed
+		message := "the vendor payout did not go through after retries; the coupon is unused and can be used again"
+		if r, ok := couponRefusalOf(err); ok && r.Refusal == RefusalPayoutDeclined {
+			refusal = RefusalPayoutDeclined
+			message = r.Message + "; the coupon is unused and can be used again"
+		}
+		u.state.LastError = err.Error()
+		return u.compensate(dctx, a, marked, refusal, message)
+	}
+
+	// The vendor is paid: the coupon is used for good.
+	u.saga.compensations = nil
+	var rec RecordPayoutResult
+	if err := workflow.ExecuteActivity(databaseOptions(dctx), ActivityRecordPayout, RecordPayoutInput{
+		IdempotencyKey:   key,
+		CouponID:         u.in.CouponID,
+		UseID:            a.req.UseID,
+		VendorID:         marked.VendorID,
+		AmountCents:      marked.AmountCents,
+		ProviderPayoutID: paid.ProviderPayoutID,
+		OrderID:          a.req.OrderID,
+		WorkflowID:       info.WorkflowExecution.ID,
+		RunID:            info.WorkflowExecution.RunID,
+	}).Get(dctx, &rec); err != nil {
+		return fmt.Errorf("record payout %s: %w", key, err)
+	}
+	u.state.Payout = &Payout{
+		LedgerID:         rec.LedgerID,
+		IdempotencyKey:   key,
+		VendorID:         marked.VendorID,
+		AmountCents:      marked.AmountCents,
+		ProviderPayoutID: paid.ProviderPayoutID,
+		RecordedAt:       rec.RecordedAt,
+	}
+	u.usedBy = a
+	u.setStatus(dctx, CouponUsed)
+	a.finish(CouponDecision{CouponID: u.in.CouponID, UseID: a.req.UseID, Status: CouponUsed, Payout: u.state.Payout})
+
+	used := Message{Topic: CouponTopic, Key: marked.TypeID, Event: Event{
+		ID:         EventID(key, EventCouponUsed),
+		Type:       EventCouponUsed,
+		OccurredAt: workflow.Now(dctx).UTC(),
+		Data:       u.eventData(a, marked),
+	}}
+	used.Event.Data["amount_cents"] = marked.AmountCents
+	used.Event.Data["provider_payout_id"] = paid.ProviderPayoutID
+	action, err := publishOrPark(dctx, used, "", parkingFor(&u.state, u.setStatus))
+	if err != nil {
+		return err
+	}
+	if action == ActionCompensate {
+		// A payout cannot be taken back: the operator's compensate drops
+		// the event instead.
+		u.setStatus(dctx, CouponUsed)
+		return resolveDeadLetter(dctx, u.state.DeadLetterID, DeadLetterDiscarded)
+	}
+	return nil
+}
+
+// compensate gives the coupon back after a payout that was declined or kept
+// failing, answers the attempt and publishes coupon.use_failed.
+func (u *use) compensate(ctx workflow.Context, a *useAttempt, marked MarkCouponUsedResult, refusal Refusal, message string) error {
+	if err := u.saga.compensate(ctx); err != nil {
+		return fmt.Errorf("compensate use of coupon %s: %w", u.in.CouponID, err)
+	}
+	u.state.Refusal = refusal
+	u.setStatus(ctx, CouponRefused)
+	a.finish(CouponDecision{CouponID: u.in.CouponID, UseID: a.req.UseID, Status: CouponRefused,
+		Refusal: refusal, Message: message})
+	key := PayoutKey(u.in.CouponID, a.req.UseID)
+	failed := Message{Topic: CouponTopic, Key: marked.TypeID, Event: Event{
+		ID:         EventID(key, EventCouponUseFailed),
+		Type:       EventCouponUseFailed,
+		OccurredAt: workflow.Now(ctx).UTC(),
+		Data:       u.eventData(a, marked),
+	}}
+	failed.Event.Data["reason"] = string(refusal)
+	// Downstream must learn that the use failed; this publish retries until
+	// Kafka is back rather than dead-lettering.
+	if err := workflow.ExecuteActivity(compensationOptions(ctx), ActivityPublish,
+		PublishInput{Message: failed}).Get(ctx, nil); err != nil {
+		return fmt.Errorf("publish %s: %w", failed.Event.ID, err)
+	}
+	return nil
+}
+
+func (u *use) eventData(a *useAttempt, marked MarkCouponUsedResult) map[string]any {
+	data := map[string]any{
+		"coupon_id":      u.in.CouponID,
+		"coupon_type_id": marked.TypeID,
+		"vendor_id":      marked.VendorID,
+		"user_id":        a.req.UserID,
+		"use_id":         a.req.UseID,
+		"payout_key":     PayoutKey(u.in.CouponID, a.req.UseID),
+	}
+	if a.req.OrderID != "" {
+		data["order_id"] = a.req.OrderID
+	}
+	return data
+}

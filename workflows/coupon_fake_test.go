@@ -1,0 +1,547 @@
+package workflows_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/log"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/testsuite"
+
+	"github.com/claimflow/claimflow/workflows"
+)
+
+// couponFake is an in-memory stand-in for the coupon activities and the
+// vendor's payout API, with the contract of package activities: every
+// activity is idempotent on its key, refusals are workflows.Refuse errors,
+// and the "provider" dedupes payouts on the idempotency key.
+type couponFake struct {
+	mu  sync.Mutex
+	now func() time.Time
+
+	types   map[string]*fakeCouponType
+	coupons map[string]*fakeCoupon
+	balance map[string]int64 // vendor → cents
+	ledger  map[string]workflows.RecordPayoutInput
+
+	// payScript is what the payout API does on successive calls; once it is
+	// used up every call is payOK.
+	payScript []payOutcome
+	// providerPaid is the provider's own record: key → payout ID.
+	providerPaid map[string]string
+	payCalls     []payCall
+
+	// markErr, when set, is what MarkCouponUsed returns (Postgres down).
+	markErr     error
+	failPublish map[string]int
+
+	calls           map[string]int
+	reserves        []workflows.ReserveCouponInput
+	marks           []workflows.MarkCouponUsedInput
+	unmarks         []workflows.UnmarkCouponUsedInput
+	revokes         []string
+	publishAttempts []publishAttempt
+	published       []workflows.Message
+	deadLetterCalls []deadLetterCall
+	deadLetters     map[int64]*fakeDeadLetter
+	resolutions     []workflows.ResolveDeadLetterInput
+	nextDeadLetter  int64
+}
+
+type fakeCouponType struct {
+	Vendor      string
+	Stock       int
+	Issued      int
+	PayoutCents int64
+}
+
+type fakeCoupon struct {
+	ID     string
+	Type   string
+	User   string
+	Status workflows.CouponStatus
+	UseID  string
+}
+
+type payOutcome string
+
+const (
+	payOK      payOutcome = "ok"
+	payDecline payOutcome = "decline"
+	payFail    payOutcome = "fail" // 503, nothing paid
+	// payLost: the provider pays, then the answer is lost (client timeout).
+	payLost payOutcome = "lost"
+)
+
+type payCall struct {
+	Key     string
+	Attempt int32
+	At      time.Time
+	Outcome payOutcome
+}
+
+const (
+	cpVendorID     = "ven-1"
+	cpTypeID       = "spring-10"
+	cpCouponID     = "cpn-1"
+	cpUserID       = "usr-1"
+	cpOtherUserID  = "usr-2"
+	cpPayoutAmount = int64(250)
+)
+
+func newCouponFake() *couponFake {
+	return &couponFake{
+		now:            time.Now,
+		types:          map[string]*fakeCouponType{},
+		coupons:        map[string]*fakeCoupon{},
+		balance:        map[string]int64{},
+		ledger:         map[string]workflows.RecordPayoutInput{},
+		providerPaid:   map[string]string{},
+		failPublish:    map[string]int{},
+		calls:          map[string]int{},
+		deadLetters:    map[int64]*fakeDeadLetter{},
+		nextDeadLetter: 100,
+	}
+}
+
+func (f *couponFake) withType(id string, stock, issued int) *couponFake {
+	f.types[id] = &fakeCouponType{Vendor: cpVendorID, Stock: stock, Issued: issued, PayoutCents: cpPayoutAmount}
+	return f
+}
+
+// withCoupon seeds a coupon of cpTypeID; an unrevoked one counts as issued.
+func (f *couponFake) withCoupon(id, user string, status workflows.CouponStatus) *couponFake {
+	c := &fakeCoupon{ID: id, Type: cpTypeID, User: user, Status: status}
+	if status == workflows.CouponUsing || status == workflows.CouponUsed {
+		c.UseID = "use-earlier"
+	}
+	f.coupons[id] = c
+	if status != workflows.CouponRevoked {
+		f.types[cpTypeID].Issued++
+	}
+	return f
+}
+
+func (f *couponFake) byName() map[string]any {
+	return map[string]any{
+		workflows.ActivityReserveCoupon:     f.ReserveCoupon,
+		workflows.ActivityRevokeCoupon:      f.RevokeCoupon,
+		workflows.ActivityMarkCouponUsed:    f.MarkCouponUsed,
+		workflows.ActivityUnmarkCouponUsed:  f.UnmarkCouponUsed,
+		workflows.ActivityPayVendor:         f.PayVendor,
+		workflows.ActivityRecordPayout:      f.RecordPayout,
+		workflows.ActivityPublish:           f.Publish,
+		workflows.ActivityRecordDeadLetter:  f.RecordDeadLetter,
+		workflows.ActivityResolveDeadLetter: f.ResolveDeadLetter,
+	}
+}
+
+// couponActivityNames is every activity the coupon workflows call.
+func couponActivityNames() []string {
+	return append(slices.Clone(workflows.CouponActivityNames),
+		workflows.ActivityPublish, workflows.ActivityRecordDeadLetter, workflows.ActivityResolveDeadLetter)
+}
+
+func (f *couponFake) register(t *testing.T, env *testsuite.TestWorkflowEnvironment) {
+	t.Helper()
+	fns := f.byName()
+	for _, name := range couponActivityNames() {
+		fn, ok := fns[name]
+		require.Truef(t, ok, "coupon fake has no activity %q", name)
+		env.RegisterActivityWithOptions(fn, activity.RegisterOptions{Name: name})
+	}
+	f.mu.Lock()
+	f.now = env.Now
+	f.mu.Unlock()
+}
+
+func newCouponEnv(t *testing.T, f *couponFake) (*testsuite.TestWorkflowEnvironment, *claimStatuses) {
+	t.Helper()
+	var s testsuite.WorkflowTestSuite
+	s.SetLogger(log.NewStructuredLogger(slog.New(slog.DiscardHandler)))
+	env := s.NewTestWorkflowEnvironment()
+	env.SetStartTime(testStart)
+	env.RegisterWorkflow(workflows.IssueCoupon)
+	env.RegisterWorkflow(workflows.UseCoupon)
+	f.register(t, env)
+	return env, recordClaimStatus(env)
+}
+
+func (f *couponFake) ReserveCoupon(_ context.Context, in workflows.ReserveCouponInput) (workflows.ReserveCouponResult, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls[workflows.ActivityReserveCoupon]++
+	f.reserves = append(f.reserves, in)
+	ct, ok := f.types[in.TypeID]
+	if !ok {
+		return workflows.ReserveCouponResult{}, workflows.Refuse(workflows.RefusalCouponTypeNotFound, "coupon type %q does not exist", in.TypeID)
+	}
+	res := workflows.ReserveCouponResult{VendorID: ct.Vendor, IssuedAt: f.now()}
+	if own, ok := f.coupons[in.CouponID]; ok {
+		if own.Status == workflows.CouponRevoked {
+			return workflows.ReserveCouponResult{}, workflows.Refuse(workflows.RefusalCouponRevoked, "coupon %s was revoked", in.CouponID)
+		}
+		return res, nil // a retry
+	}
+	for _, c := range f.coupons {
+		if c.Type == in.TypeID && c.User == in.UserID && c.Status != workflows.CouponRevoked {
+			return workflows.ReserveCouponResult{}, workflows.RefusalWithHolder(workflows.RefusalAlreadyIssued, c.ID,
+				"user %q already holds a coupon of type %q", in.UserID, in.TypeID)
+		}
+	}
+	if ct.Issued >= ct.Stock {
+		return workflows.ReserveCouponResult{}, workflows.Refuse(workflows.RefusalSoldOut, "coupon type %q is sold out", in.TypeID)
+	}
+	ct.Issued++
+	f.coupons[in.CouponID] = &fakeCoupon{ID: in.CouponID, Type: in.TypeID, User: in.UserID, Status: workflows.CouponIssued}
+	return res, nil
+}
+
+func (f *couponFake) RevokeCoupon(_ context.Context, in workflows.RevokeCouponInput) (workflows.RevokeCouponResult, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls[workflows.ActivityRevokeCoupon]++
+	f.revokes = append(f.revokes, in.CouponID)
+	c, ok := f.coupons[in.CouponID]
+	if !ok {
+		return workflows.RevokeCouponResult{}, nil
+	}
+	switch c.Status {
+	case workflows.CouponRevoked:
+		return workflows.RevokeCouponResult{Revoked: true}, nil
+	case workflows.CouponIssued:
+		c.Status = workflows.CouponRevoked
+		f.types[c.Type].Issued--
+		return workflows.RevokeCouponResult{Revoked: true}, nil
+	}
+	return workflows.RevokeCouponResult{}, nil
+}
+
+func (f *couponFake) MarkCouponUsed(_ context.Context, in workflows.MarkCouponUsedInput) (workflows.MarkCouponUsedResult, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls[workflows.ActivityMarkCouponUsed]++
+	f.marks = append(f.marks, in)
+	if f.markErr != nil {
+		return workflows.MarkCouponUsedResult{}, f.markErr
+	}
+	c, ok := f.coupons[in.CouponID]
+	if !ok {
+		return workflows.MarkCouponUsedResult{}, workflows.Refuse(workflows.RefusalCouponNotFound, "coupon %s does not exist", in.CouponID)
+	}
+	ct := f.types[c.Type]
+	res := workflows.MarkCouponUsedResult{TypeID: c.Type, VendorID: ct.Vendor, AmountCents: ct.PayoutCents}
+	switch {
+	case c.User != in.UserID:
+		return workflows.MarkCouponUsedResult{}, workflows.Refuse(workflows.RefusalNotOwner, "coupon %s belongs to another user", in.CouponID)
+	case c.UseID == in.UseID:
+		return res, nil
+	case c.Status == workflows.CouponRevoked:
+		return workflows.MarkCouponUsedResult{}, workflows.Refuse(workflows.RefusalCouponRevoked, "coupon %s was revoked", in.CouponID)
+	case c.Status != workflows.CouponIssued:
+		return workflows.MarkCouponUsedResult{}, workflows.Refuse(workflows.RefusalAlreadyUsed, "coupon %s is already %s", in.CouponID, c.Status)
+	}
+	c.Status, c.UseID = workflows.CouponUsing, in.UseID
+	return res, nil
+}
+
+func (f *couponFake) UnmarkCouponUsed(_ context.Context, in workflows.UnmarkCouponUsedInput) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls[workflows.ActivityUnmarkCouponUsed]++
+	f.unmarks = append(f.unmarks, in)
+	if c, ok := f.coupons[in.CouponID]; ok && c.Status == workflows.CouponUsing && c.UseID == in.UseID {
+		c.Status, c.UseID = workflows.CouponIssued, ""
+	}
+	return nil
+}
+
+var errPayoutTimeout = errors.New(`Post "http://payouts/payouts": context deadline exceeded (Client.Timeout exceeded while awaiting headers)`)
+
+func (f *couponFake) PayVendor(ctx context.Context, in workflows.PayVendorInput) (workflows.PayVendorResult, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls[workflows.ActivityPayVendor]++
+	outcome := payOK
+	if len(f.payScript) > 0 {
+		outcome, f.payScript = f.payScript[0], f.payScript[1:]
+	}
+	f.payCalls = append(f.payCalls, payCall{Key: in.IdempotencyKey, Attempt: activity.GetInfo(ctx).Attempt, At: f.now(), Outcome: outcome})
+	switch outcome {
+	case payDecline:
+		return workflows.PayVendorResult{}, workflows.Refuse(workflows.RefusalPayoutDeclined, "the vendor's payout API declined the payout (402)")
+	case payFail:
+		return workflows.PayVendorResult{}, temporal.NewApplicationError("provider answered 503", workflows.ErrorTypePayoutUnavailable)
+	}
+	id, ok := f.providerPaid[in.IdempotencyKey]
+	if !ok {
+		id = fmt.Sprintf("po_%d", len(f.providerPaid)+1)
+		f.providerPaid[in.IdempotencyKey] = id
+	}
+	if outcome == payLost {
+		return workflows.PayVendorResult{}, errPayoutTimeout
+	}
+	return workflows.PayVendorResult{ProviderPayoutID: id}, nil
+}
+
+func (f *couponFake) RecordPayout(_ context.Context, in workflows.RecordPayoutInput) (workflows.RecordPayoutResult, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls[workflows.ActivityRecordPayout]++
+	if _, ok := f.ledger[in.IdempotencyKey]; !ok {
+		f.ledger[in.IdempotencyKey] = in
+		f.balance[in.VendorID] += in.AmountCents
+		if c, ok := f.coupons[in.CouponID]; ok && c.UseID == in.UseID && c.Status == workflows.CouponUsing {
+			c.Status = workflows.CouponUsed
+		}
+	}
+	return workflows.RecordPayoutResult{LedgerID: int64(len(f.ledger)), RecordedAt: f.now()}, nil
+}
+
+func (f *couponFake) Publish(ctx context.Context, in workflows.PublishInput) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls[workflows.ActivityPublish]++
+	attempt := publishAttempt{EventID: in.Message.Event.ID, EventType: in.Message.Event.Type,
+		Attempt: activity.GetInfo(ctx).Attempt, At: f.now()}
+	if n := f.failPublish[in.Message.Event.Type]; n != 0 {
+		if n > 0 {
+			f.failPublish[in.Message.Event.Type] = n - 1
+		}
+		attempt.Failed = true
+		f.publishAttempts = append(f.publishAttempts, attempt)
+		return fmt.Errorf("publish %s: %w", in.Message.Event.ID, errBrokerDown)
+	}
+	f.publishAttempts = append(f.publishAttempts, attempt)
+	f.published = append(f.published, in.Message)
+	return nil
+}
+
+func (f *couponFake) failPublishing(eventType string, n int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.failPublish[eventType] = n
+}
+
+func (f *couponFake) RecordDeadLetter(_ context.Context, in workflows.DeadLetterInput) (workflows.DeadLetterRecord, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls[workflows.ActivityRecordDeadLetter]++
+	f.deadLetterCalls = append(f.deadLetterCalls, deadLetterCall{In: in, At: f.now()})
+	var dl *fakeDeadLetter
+	for _, d := range f.deadLetters {
+		if d.Message.Event.ID == in.Message.Event.ID {
+			dl = d
+		}
+	}
+	if dl == nil {
+		f.nextDeadLetter++
+		dl = &fakeDeadLetter{ID: f.nextDeadLetter, Message: in.Message}
+		f.deadLetters[dl.ID] = dl
+	}
+	dl.State = workflows.DeadLetterOpen
+	dl.Rounds = max(dl.Rounds, in.Round)
+	return workflows.DeadLetterRecord{ID: dl.ID}, nil
+}
+
+func (f *couponFake) ResolveDeadLetter(_ context.Context, in workflows.ResolveDeadLetterInput) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls[workflows.ActivityResolveDeadLetter]++
+	f.resolutions = append(f.resolutions, in)
+	if dl, ok := f.deadLetters[in.ID]; ok {
+		dl.State = in.State
+	}
+	return nil
+}
+
+// ---- accessors (copies under the lock) ----
+
+func (f *couponFake) coupon(id string) fakeCoupon {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if c, ok := f.coupons[id]; ok {
+		return *c
+	}
+	return fakeCoupon{}
+}
+
+func (f *couponFake) setCouponStatus(id string, s workflows.CouponStatus) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.coupons[id].Status = s
+}
+
+func (f *couponFake) issued(id string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.types[id].Issued
+}
+
+func (f *couponFake) callCount(name string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.calls[name]
+}
+
+func (f *couponFake) publishedOf(eventType string) []workflows.Message {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []workflows.Message
+	for _, m := range f.published {
+		if m.Event.Type == eventType {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+func (f *couponFake) allPublished() []workflows.Message {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.published)
+}
+
+func (f *couponFake) attemptsOf(eventType string) []publishAttempt {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []publishAttempt
+	for _, a := range f.publishAttempts {
+		if a.EventType == eventType {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+func (f *couponFake) payments() []payCall {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.payCalls)
+}
+
+// paidKeys is the provider's record: every key it paid.
+func (f *couponFake) paidKeys() map[string]string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := map[string]string{}
+	for k, v := range f.providerPaid {
+		out[k] = v
+	}
+	return out
+}
+
+func (f *couponFake) ledgerRows() map[string]workflows.RecordPayoutInput {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := map[string]workflows.RecordPayoutInput{}
+	for k, v := range f.ledger {
+		out[k] = v
+	}
+	return out
+}
+
+func (f *couponFake) vendorBalance() int64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.balance[cpVendorID]
+}
+
+func (f *couponFake) unmarkCalls() []workflows.UnmarkCouponUsedInput {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.unmarks)
+}
+
+func (f *couponFake) resolved() []workflows.ResolveDeadLetterInput {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.resolutions)
+}
+
+func (f *couponFake) deadLetterInputs() []deadLetterCall {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.deadLetterCalls)
+}
+
+// couponDecisionCall is what one UpdateDecision request of a coupon run got.
+type couponDecisionCall struct {
+	mu        sync.Mutex
+	accepted  bool
+	rejected  error
+	completed bool
+	decision  workflows.CouponDecision
+	err       error
+}
+
+// sendCouponDecision sends the decision update (with args) after delay.
+func sendCouponDecision(env *testsuite.TestWorkflowEnvironment, updateID string, delay time.Duration, args ...any) *couponDecisionCall {
+	c := &couponDecisionCall{}
+	env.RegisterDelayedCallback(func() {
+		env.UpdateWorkflow(workflows.UpdateDecision, updateID, &testsuite.TestUpdateCallback{
+			OnAccept: func() {
+				c.mu.Lock()
+				defer c.mu.Unlock()
+				c.accepted = true
+			},
+			OnReject: func(err error) {
+				c.mu.Lock()
+				defer c.mu.Unlock()
+				c.rejected = err
+			},
+			OnComplete: func(v any, err error) {
+				c.mu.Lock()
+				defer c.mu.Unlock()
+				c.completed, c.err = true, err
+				if err == nil {
+					d, ok := v.(workflows.CouponDecision)
+					if !ok {
+						c.err = fmt.Errorf("update returned %T, want workflows.CouponDecision", v)
+					}
+					c.decision = d
+				}
+			},
+		}, args...)
+	}, delay)
+	return c
+}
+
+func (c *couponDecisionCall) result(t *testing.T) workflows.CouponDecision {
+	t.Helper()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	require.NoError(t, c.rejected, "decision update rejected")
+	require.True(t, c.accepted, "decision update never accepted")
+	require.True(t, c.completed, "decision update never completed")
+	require.NoError(t, c.err, "decision update failed")
+	return c.decision
+}
+
+func queryCouponState(t *testing.T, env *testsuite.TestWorkflowEnvironment) workflows.CouponState {
+	t.Helper()
+	v, err := env.QueryWorkflow(workflows.QueryStatus)
+	require.NoError(t, err)
+	var s workflows.CouponState
+	require.NoError(t, v.Get(&s))
+	return s
+}
+
+func TestCouponFakeCoversCouponActivities(t *testing.T) {
+	var names []string
+	for name := range newCouponFake().byName() {
+		names = append(names, name)
+	}
+	want := couponActivityNames()
+	slices.Sort(names)
+	slices.Sort(want)
+	require.Equal(t, want, names, "the coupon fake must implement exactly the activities the coupon workflows call")
+}
