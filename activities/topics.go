@@ -1,0 +1,135 @@
+package activities
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+
+	"github.com/IBM/sarama"
+
+	"github.com/claimflow/claimflow/workflows"
+)
+
+// ReadTopics reads every record of topics, from the oldest kept to the end
+// as it was when the call began, and identifies each as the consumer does
+// (Value is dropped to keep memory small). Topics that do not exist are
+// returned as missing rather than failing the read.
+func ReadTopics(ctx context.Context, cfg KafkaConfig, topics []string) (records []workflows.ConsumedEvent, missing []string, err error) {
+	sc, err := saramaConfig(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	c, err := sarama.NewClient(cfg.Brokers, sc)
+	if err != nil {
+		return nil, nil, fmt.Errorf("connect to Kafka %v: %w", cfg.Brokers, err)
+	}
+	defer c.Close()
+	known, err := c.Topics()
+	if err != nil {
+		return nil, nil, fmt.Errorf("list topics: %w", err)
+	}
+	consumer, err := sarama.NewConsumerFromClient(c)
+	if err != nil {
+		return nil, nil, fmt.Errorf("open Kafka consumer: %w", err)
+	}
+	defer consumer.Close()
+
+	var (
+		mu   sync.Mutex
+		wg   sync.WaitGroup
+		errs []error
+	)
+	for _, topic := range topics {
+		if !slices.Contains(known, topic) {
+			missing = append(missing, topic)
+			continue
+		}
+		partitions, err := c.Partitions(topic)
+		if err != nil {
+			return nil, missing, fmt.Errorf("partitions of %s: %w", topic, err)
+		}
+		for _, p := range partitions {
+			wg.Go(func() {
+				recs, err := readPartition(ctx, c, consumer, topic, p)
+				mu.Lock()
+				defer mu.Unlock()
+				if err != nil {
+					errs = append(errs, err)
+					return
+				}
+				records = append(records, recs...)
+			})
+		}
+	}
+	wg.Wait()
+	return records, missing, errors.Join(errs...)
+}
+
+func readPartition(ctx context.Context, c sarama.Client, consumer sarama.Consumer, topic string, p int32) ([]workflows.ConsumedEvent, error) {
+	newest, err := c.GetOffset(topic, p, sarama.OffsetNewest)
+	if err != nil {
+		return nil, fmt.Errorf("end of %s/%d: %w", topic, p, err)
+	}
+	oldest, err := c.GetOffset(topic, p, sarama.OffsetOldest)
+	if err != nil {
+		return nil, fmt.Errorf("start of %s/%d: %w", topic, p, err)
+	}
+	if newest <= oldest {
+		return nil, nil
+	}
+	pc, err := consumer.ConsumePartition(topic, p, oldest)
+	if err != nil {
+		return nil, fmt.Errorf("read %s/%d: %w", topic, p, err)
+	}
+	defer pc.Close()
+	out := make([]workflows.ConsumedEvent, 0, newest-oldest)
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case m := <-pc.Messages():
+			ev := ParseEvent(m)
+			ev.Value = ""
+			out = append(out, ev)
+			if m.Offset >= newest-1 {
+				return out, nil
+			}
+		case err := <-pc.Errors():
+			return nil, fmt.Errorf("read %s/%d: %w", topic, p, err)
+		}
+	}
+}
+
+// CommittedOffsets returns, per topic and partition, the next offset the
+// group will read (-1 when it has committed nothing there).
+func CommittedOffsets(cfg KafkaConfig, group string, topics map[string][]int32) (map[string]map[int32]int64, error) {
+	sc, err := saramaConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	admin, err := sarama.NewClusterAdmin(cfg.Brokers, sc)
+	if err != nil {
+		return nil, fmt.Errorf("connect admin to Kafka %v: %w", cfg.Brokers, err)
+	}
+	defer admin.Close()
+	resp, err := admin.ListConsumerGroupOffsets(group, topics)
+	if err != nil {
+		return nil, fmt.Errorf("offsets of group %s: %w", group, err)
+	}
+	if resp.Err != sarama.ErrNoError {
+		return nil, fmt.Errorf("offsets of group %s: %w", group, resp.Err)
+	}
+	out := make(map[string]map[int32]int64, len(topics))
+	for topic, parts := range topics {
+		out[topic] = make(map[int32]int64, len(parts))
+		for _, p := range parts {
+			out[topic][p] = -1
+			if b := resp.GetBlock(topic, p); b != nil && b.Err == sarama.ErrNoError {
+				out[topic][p] = b.Offset
+			}
+		}
+	}
+	return out, nil
+}
