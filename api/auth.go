@@ -1,0 +1,229 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"github.com/golang-jwt/jwt/v5"
+)
+
+// RoleAdmin is the value of the token's role claim that allows creating
+// courses, vendors and coupon types, operating dead letters, and acting on
+// behalf of any student or user. Any other role (or none) is a student: it
+// may only enroll, cancel and use coupons as its own subject.
+const RoleAdmin = "admin"
+
+// Principal is who a request acts as: the token's sub and role claims.
+type Principal struct {
+	Subject string
+	Role    string
+}
+
+// Admin reports whether the principal has role admin.
+func (p Principal) Admin() bool { return p.Role == RoleAdmin }
+
+// Authenticator verifies a bearer token and names its principal.
+type Authenticator interface {
+	Authenticate(ctx context.Context, token string) (Principal, error)
+}
+
+// ErrKeysUnavailable wraps failures to obtain verification keys (the JWKS
+// endpoint is down): the API answers 503, not 401, since the token may be
+// fine.
+var ErrKeysUnavailable = errors.New("verification keys unavailable")
+
+// Security configures authentication, authorization and load limits.
+// The zero value refuses every /v1 request with 401 (no Auth) and sets no
+// limits; cmd/claimflow fills it from the environment.
+type Security struct {
+	// Auth verifies bearer tokens (NewHS256, NewJWKS).
+	Auth Authenticator
+	// InsecureNoAuth serves /v1 without tokens; every request acts as an
+	// admin named "anonymous". Only for explicit opt-in (--insecure-no-auth).
+	InsecureNoAuth bool
+	// RatePerSubject is the sustained rate (requests per second) of write
+	// requests (POST, DELETE) one non-admin subject may make, with RateBurst
+	// on top; 0 means unlimited.
+	RatePerSubject float64
+	RateBurst      int
+	// AdminRatePerSubject is the same for subjects with role admin (burst
+	// twice the rate); 0 means admins are not limited.
+	AdminRatePerSubject float64
+	// MaxInflightClaims bounds the requests waiting on Temporal at once
+	// (enroll, cancel, issue, use, dead-letter decisions); a request beyond
+	// it is answered 429 at once instead of queueing. 0 means unbounded.
+	MaxInflightClaims int
+}
+
+// JWTOptions are checks common to both token kinds.
+type JWTOptions struct {
+	// Issuer and Audience, when set, must match the iss and aud claims.
+	Issuer   string
+	Audience string
+	// Leeway absorbs clock skew on exp, nbf and iat (default 30 s).
+	Leeway time.Duration
+	// Now replaces the clock (tests).
+	Now func() time.Time
+}
+
+// tokenClaims are the claims claimflow reads; exp is required.
+type tokenClaims struct {
+	Role string `json:"role,omitempty"`
+	jwt.RegisteredClaims
+}
+
+// MinHS256SecretBytes is the shortest HS256 secret NewHS256 accepts
+// (RFC 7518 §3.2: at least the hash's size).
+const MinHS256SecretBytes = 32
+
+// verifier checks a token's signature with keyfunc and its claims.
+type verifier struct {
+	parser  *jwt.Parser
+	keyfunc func(ctx context.Context) jwt.Keyfunc
+}
+
+func newVerifier(method string, o JWTOptions, keyfunc func(ctx context.Context) jwt.Keyfunc) *verifier {
+	leeway := o.Leeway
+	if leeway == 0 {
+		leeway = 30 * time.Second
+	}
+	opts := []jwt.ParserOption{
+		jwt.WithValidMethods([]string{method}),
+		jwt.WithExpirationRequired(),
+		jwt.WithIssuedAt(),
+		jwt.WithLeeway(leeway),
+	}
+	if o.Issuer != "" {
+		opts = append(opts, jwt.WithIssuer(o.Issuer))
+	}
+	if o.Audience != "" {
+		opts = append(opts, jwt.WithAudience(o.Audience))
+	}
+	if o.Now != nil {
+		opts = append(opts, jwt.WithTimeFunc(o.Now))
+	}
+	return &verifier{parser: jwt.NewParser(opts...), keyfunc: keyfunc}
+}
+
+func (v *verifier) Authenticate(ctx context.Context, raw string) (Principal, error) {
+	var claims tokenClaims
+	if _, err := v.parser.ParseWithClaims(raw, &claims, v.keyfunc(ctx)); err != nil {
+		return Principal{}, err
+	}
+	if strings.TrimSpace(claims.Subject) == "" {
+		return Principal{}, fmt.Errorf("%w: sub", jwt.ErrTokenRequiredClaimMissing)
+	}
+	return Principal{Subject: claims.Subject, Role: claims.Role}, nil
+}
+
+// NewHS256 verifies HS256 tokens signed with secret (the local stack).
+func NewHS256(secret []byte, o JWTOptions) (Authenticator, error) {
+	if len(secret) < MinHS256SecretBytes {
+		return nil, fmt.Errorf("HS256 secret must be at least %d bytes, got %d", MinHS256SecretBytes, len(secret))
+	}
+	key := append([]byte(nil), secret...)
+	return newVerifier(jwt.SigningMethodHS256.Alg(), o, func(context.Context) jwt.Keyfunc {
+		return func(*jwt.Token) (any, error) { return key, nil }
+	}), nil
+}
+
+const principalKey = "claimflow.principal"
+
+// maxTokenBytes bounds the Authorization header we try to parse.
+const maxTokenBytes = 8 << 10
+
+// authenticate puts the request's Principal on the context or answers 401
+// (503 when the keys cannot be fetched).
+func (s *server) authenticate(c *gin.Context) {
+	if s.Security.InsecureNoAuth {
+		c.Set(principalKey, Principal{Subject: "anonymous", Role: RoleAdmin})
+		return
+	}
+	raw, ok := bearerToken(c.GetHeader("Authorization"))
+	if !ok {
+		c.Header("WWW-Authenticate", `Bearer realm="claimflow"`)
+		writeError(c, http.StatusUnauthorized, "unauthenticated", "send Authorization: Bearer <JWT>", "")
+		return
+	}
+	if s.Security.Auth == nil {
+		c.Header("WWW-Authenticate", `Bearer realm="claimflow", error="invalid_token"`)
+		writeError(c, http.StatusUnauthorized, "unauthenticated", "the server has no token verifier configured", "")
+		return
+	}
+	p, err := s.Security.Auth.Authenticate(c.Request.Context(), raw)
+	if errors.Is(err, ErrKeysUnavailable) {
+		s.unavailable(c, err)
+		return
+	}
+	if err != nil {
+		msg := tokenProblem(err)
+		c.Header("WWW-Authenticate", `Bearer realm="claimflow", error="invalid_token", error_description="`+msg+`"`)
+		writeError(c, http.StatusUnauthorized, "unauthenticated", msg, "")
+		return
+	}
+	c.Set(principalKey, p)
+}
+
+// bearerToken extracts the token of an "Authorization: Bearer <token>" header.
+func bearerToken(h string) (string, bool) {
+	scheme, token, found := strings.Cut(strings.TrimSpace(h), " ")
+	if !found || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	token = strings.TrimSpace(token)
+	if token == "" || len(token) > maxTokenBytes {
+		return "", false
+	}
+	return token, true
+}
+
+// tokenProblem says what was wrong with a token without echoing it. The
+// text goes into a quoted header parameter, so it holds no quotes.
+func tokenProblem(err error) string {
+	switch {
+	case errors.Is(err, jwt.ErrTokenExpired):
+		return "token is expired"
+	case errors.Is(err, jwt.ErrTokenNotValidYet), errors.Is(err, jwt.ErrTokenUsedBeforeIssued):
+		return "token is not valid yet"
+	case errors.Is(err, jwt.ErrTokenSignatureInvalid):
+		return "token signature is invalid or its signing method is not accepted"
+	case errors.Is(err, jwt.ErrTokenInvalidIssuer):
+		return "token issuer is not accepted"
+	case errors.Is(err, jwt.ErrTokenInvalidAudience):
+		return "token audience is not accepted"
+	case errors.Is(err, jwt.ErrTokenRequiredClaimMissing):
+		return "token lacks a required claim (sub and exp are required)"
+	case errors.Is(err, errUnknownKey):
+		return "token is signed by an unknown key"
+	case errors.Is(err, jwt.ErrTokenMalformed):
+		return "token is malformed"
+	case errors.Is(err, jwt.ErrTokenUnverifiable):
+		return "token cannot be verified (signing method or key not accepted)"
+	}
+	return "token is invalid"
+}
+
+// principalOf is the request's principal (set by authenticate).
+func principalOf(c *gin.Context) Principal {
+	p, _ := c.Get(principalKey)
+	pr, _ := p.(Principal)
+	return pr
+}
+
+// mayActFor checks that the caller may act on behalf of owner, the student
+// or user named by field: admins may act for anyone, a student only for
+// itself. It answers 403 otherwise.
+func (s *server) mayActFor(c *gin.Context, field, owner string) bool {
+	p := principalOf(c)
+	if p.Admin() || (p.Subject != "" && p.Subject == owner) {
+		return true
+	}
+	writeError(c, http.StatusForbidden, "forbidden",
+		fmt.Sprintf("%s must be the token's subject; only role %s may act for others", field, RoleAdmin), field)
+	return false
+}

@@ -1,0 +1,130 @@
+package api
+
+import (
+	"math"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"golang.org/x/time/rate"
+)
+
+// subjectLimiter is a token bucket per subject. Buckets idle long enough to
+// be full again are dropped, so the map holds only active subjects.
+type subjectLimiter struct {
+	limit rate.Limit
+	burst int
+
+	mu        sync.Mutex
+	buckets   map[string]*bucket
+	lastSweep time.Time
+}
+
+type bucket struct {
+	lim  *rate.Limiter
+	used time.Time
+}
+
+// newSubjectLimiter returns nil (no limit) for a rate of 0 or less.
+func newSubjectLimiter(perSecond float64, burst int) *subjectLimiter {
+	if perSecond <= 0 {
+		return nil
+	}
+	if burst < 1 {
+		burst = max(1, int(math.Ceil(perSecond)))
+	}
+	return &subjectLimiter{limit: rate.Limit(perSecond), burst: burst, buckets: map[string]*bucket{}}
+}
+
+// take spends one token of subject's bucket, or says how long until one is
+// available.
+func (l *subjectLimiter) take(subject string, now time.Time) (bool, time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.sweep(now)
+	b, ok := l.buckets[subject]
+	if !ok {
+		b = &bucket{lim: rate.NewLimiter(l.limit, l.burst)}
+		l.buckets[subject] = b
+	}
+	b.used = now
+	r := b.lim.ReserveN(now, 1)
+	if d := r.DelayFrom(now); d > 0 {
+		r.CancelAt(now)
+		return false, d
+	}
+	return true, 0
+}
+
+// sweep drops, at most once a minute, buckets unused for longer than it
+// takes to refill them: a new bucket starts full, so nothing is lost.
+func (l *subjectLimiter) sweep(now time.Time) {
+	if now.Sub(l.lastSweep) < time.Minute {
+		return
+	}
+	l.lastSweep = now
+	refill := time.Duration(float64(l.burst) / float64(l.limit) * float64(time.Second))
+	for k, b := range l.buckets {
+		if now.Sub(b.used) > refill {
+			delete(l.buckets, k)
+		}
+	}
+}
+
+// limits are the load limits of one server.
+type limits struct {
+	subjects *subjectLimiter // non-admin writes
+	admins   *subjectLimiter // admin writes
+	inflight chan struct{}   // nil: unbounded
+}
+
+func newLimits(sec Security) *limits {
+	l := &limits{
+		subjects: newSubjectLimiter(sec.RatePerSubject, sec.RateBurst),
+		admins:   newSubjectLimiter(sec.AdminRatePerSubject, int(math.Ceil(2*sec.AdminRatePerSubject))),
+	}
+	if sec.MaxInflightClaims > 0 {
+		l.inflight = make(chan struct{}, sec.MaxInflightClaims)
+	}
+	return l
+}
+
+// rateLimit answers 429 with Retry-After when the caller's bucket is empty.
+func (g *guard) rateLimit(c *gin.Context, p Principal) bool {
+	lim := g.limits.subjects
+	if p.Admin() {
+		lim = g.limits.admins
+	}
+	if lim == nil {
+		return true
+	}
+	ok, wait := lim.take(p.Subject, time.Now())
+	if ok {
+		return true
+	}
+	g.shed.WithLabelValues("rate_limited").Inc()
+	c.Header("Retry-After", strconv.Itoa(max(1, int(math.Ceil(wait.Seconds())))))
+	writeError(c, http.StatusTooManyRequests, "rate_limited",
+		"too many write requests for this subject; retry after the Retry-After seconds", "")
+	return false
+}
+
+// acquireClaim takes a slot toward Temporal without waiting: when all are
+// taken the server is overloaded and sheds the request with 429.
+func (g *guard) acquireClaim(c *gin.Context) (release func(), ok bool) {
+	if g.limits.inflight == nil {
+		return func() {}, true
+	}
+	select {
+	case g.limits.inflight <- struct{}{}:
+		return func() { <-g.limits.inflight }, true
+	default:
+		g.shed.WithLabelValues("overloaded").Inc()
+		c.Header("Retry-After", "1")
+		writeError(c, http.StatusTooManyRequests, "overloaded",
+			"too many claims in flight; retry after the Retry-After seconds", "")
+		return nil, false
+	}
+}

@@ -1,0 +1,107 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"path/filepath"
+	"regexp"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/claimflow/claimflow/api"
+)
+
+// mintToken signs an HS256 token for the local stack: sub is the student or
+// user ID, role is api.RoleAdmin for operators or "" for a student. Tools
+// that call the API (tests, the bench) use it with the stack's secret,
+// cfg.Security.JWTSecret.
+func mintToken(secret, sub, role string, ttl time.Duration) (string, error) {
+	return signToken(secret, sub, role, ttl, "", "")
+}
+
+func signToken(secret, sub, role string, ttl time.Duration, issuer, audience string) (string, error) {
+	if len(secret) < api.MinHS256SecretBytes {
+		return "", fmt.Errorf("the HS256 secret must be at least %d bytes", api.MinHS256SecretBytes)
+	}
+	if sub == "" {
+		return "", errors.New("a token needs a subject")
+	}
+	if ttl <= 0 {
+		return "", errors.New("a token needs a positive lifetime")
+	}
+	now := time.Now()
+	claims := struct {
+		Role string `json:"role,omitempty"`
+		jwt.RegisteredClaims
+	}{
+		Role: role,
+		RegisteredClaims: jwt.RegisteredClaims{
+			Subject:   sub,
+			Issuer:    issuer,
+			IssuedAt:  jwt.NewNumericDate(now),
+			ExpiresAt: jwt.NewNumericDate(now.Add(ttl)),
+		},
+	}
+	if audience != "" {
+		claims.Audience = jwt.ClaimStrings{audience}
+	}
+	return jwt.NewWithClaims(jwt.SigningMethodHS256, claims).SignedString([]byte(secret))
+}
+
+// subjectPattern is the API's ID format: a subject that does not match it
+// could never enroll or claim as itself.
+var subjectPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
+
+// runToken is `claimflow token`: it prints a token for the local stack.
+func runToken(_ context.Context, cfg config, _ *slog.Logger, args []string, stdout io.Writer) error {
+	flags := flag.NewFlagSet("token", flag.ContinueOnError)
+	sub := flags.String("sub", "", "the token's subject: the student or user ID it acts as (required)")
+	role := flags.String("role", "", "admin for an operator (create courses, vendors, coupon types; dead letters; act for anyone); empty for a student")
+	ttl := flags.Duration("ttl", time.Hour, "lifetime of the token")
+	dataDir := flags.String("data-dir", ".claimflow", "the 'claimflow dev' data dir whose jwt-secret signs the token when JWT_SECRET is unset")
+	flags.Usage = func() {
+		fmt.Fprintln(flags.Output(), "usage: claimflow token --sub ID [--role admin] [--ttl 1h] [--data-dir .claimflow]\n\n"+
+			"Prints an HS256 token for the local stack, signed with JWT_SECRET or <data-dir>/jwt-secret\n"+
+			"(written by 'claimflow dev' on its first run). JWT_ISSUER and JWT_AUDIENCE, when set, go into it.")
+		flags.PrintDefaults()
+	}
+	if err := flags.Parse(args); err != nil {
+		return err
+	}
+	if flags.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %v", flags.Args())
+	}
+	if !subjectPattern.MatchString(*sub) {
+		return errors.New("--sub is required: 1-64 letters, digits, '_', '.' or '-', starting with a letter or digit")
+	}
+	if *role != "" && *role != api.RoleAdmin {
+		return fmt.Errorf("--role must be %s or empty (a student), got %q", api.RoleAdmin, *role)
+	}
+	if cfg.Security.AuthMode == authJWKS {
+		return errors.New("AUTH_MODE=jwks: tokens come from your identity provider, not from claimflow")
+	}
+	secret := cfg.Security.JWTSecret
+	if secret == "" {
+		var err error
+		secret, err = readSecretFile(*dataDir)
+		if errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("no JWT_SECRET and no %s: run 'claimflow dev' once (it writes one) or set JWT_SECRET",
+				filepath.Join(*dataDir, secretFile))
+		}
+		if err != nil {
+			return err
+		}
+	}
+	token, err := signToken(secret, *sub, *role, *ttl, cfg.Security.Issuer, cfg.Security.Audience)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintln(stdout, token)
+	return err
+}
