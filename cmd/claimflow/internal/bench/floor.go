@@ -1,0 +1,170 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.temporal.io/sdk/client"
+	sdkworker "go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
+)
+
+// FloorTaskQueue is where the floor's empty workflow runs, away from
+// claimflow's own queue so the two never share pollers.
+const FloorTaskQueue = "claimflow-bench-floor"
+
+// floorWorkflowName is the empty workflow's registered name.
+const floorWorkflowName = "BenchEmpty"
+
+// emptyWorkflow does nothing: one workflow task, then it completes. Its rate
+// is what the Temporal server and one worker can do on this machine before
+// any activity, update or database write.
+func emptyWorkflow(workflow.Context) error { return nil }
+
+// FloorOptions configures Floor.
+type FloorOptions struct {
+	Client      client.Client
+	Workflows   int
+	Concurrency int
+	// Warmup workflows run first and are not counted: the worker's pollers
+	// and the task queue come up during them.
+	Warmup int
+	// WorkerOptions are the worker settings of the worker started on
+	// FloorTaskQueue (claimflow's own, for a like-for-like floor).
+	WorkerOptions sdkworker.Options
+	Progress      io.Writer
+}
+
+// FloorResult is the floor's figures.
+type FloorResult struct {
+	RunID       string         `json:"run_id"`
+	Warmup      int            `json:"warmup"`
+	Workflows   int            `json:"workflows"`
+	Concurrency int            `json:"concurrency"`
+	Completed   int            `json:"completed"`
+	Errors      int            `json:"errors"`
+	DurationS   float64        `json:"duration_s"`
+	WFPerS      float64        `json:"wf_per_s"`
+	Latency     LatencySummary `json:"latency_ms"`
+	FirstError  string         `json:"first_error,omitempty"`
+}
+
+// Floor starts a worker for the empty workflow, then runs Workflows of them
+// (start and wait for completion) on Concurrency goroutines, as fast as the
+// server lets it.
+func Floor(ctx context.Context, o FloorOptions) (FloorResult, error) {
+	if o.Workflows <= 0 || o.Concurrency <= 0 {
+		return FloorResult{}, fmt.Errorf("workflows and concurrency must be positive")
+	}
+	if o.Progress == nil {
+		o.Progress = io.Discard
+	}
+	res := FloorResult{RunID: newRunID(), Warmup: o.Warmup, Workflows: o.Workflows, Concurrency: o.Concurrency}
+	w := sdkworker.New(o.Client, FloorTaskQueue, o.WorkerOptions)
+	w.RegisterWorkflowWithOptions(emptyWorkflow, workflow.RegisterOptions{Name: floorWorkflowName})
+	if err := w.Start(); err != nil {
+		return res, fmt.Errorf("start floor worker: %w", err)
+	}
+	defer w.Stop()
+	if err := runEmpty(ctx, o.Client, res.RunID+"-warmup", o.Warmup, o.Concurrency, nil); err != nil {
+		return res, fmt.Errorf("warm-up: %w", err)
+	}
+
+	var (
+		done     atomic.Int64
+		mu       sync.Mutex
+		lat      = make([]float64, 0, o.Workflows)
+		firstErr error
+	)
+	stopProgress := make(chan struct{})
+	began := time.Now()
+	go func() {
+		t := time.NewTicker(3 * time.Second)
+		defer t.Stop()
+		prev, prevAt := int64(0), began
+		for {
+			select {
+			case <-stopProgress:
+				return
+			case now := <-t.C:
+				d := done.Load()
+				fmt.Fprintf(o.Progress, "floor %5.0fs  completed %d/%d  %.1f wf/s\n", now.Sub(began).Seconds(), d, o.Workflows,
+					float64(d-prev)/now.Sub(prevAt).Seconds())
+				prev, prevAt = d, now
+			}
+		}
+	}()
+	_ = runEmpty(ctx, o.Client, res.RunID, o.Workflows, o.Concurrency, func(elapsed time.Duration, err error) {
+		mu.Lock()
+		if err != nil {
+			res.Errors++
+			if firstErr == nil {
+				firstErr = err
+			}
+		} else {
+			res.Completed++
+			lat = append(lat, ms(elapsed))
+		}
+		mu.Unlock()
+		done.Add(1)
+	})
+	close(stopProgress)
+	elapsed := time.Since(began)
+	res.DurationS = round3(elapsed.Seconds())
+	res.WFPerS = round3(float64(res.Completed) / elapsed.Seconds())
+	res.Latency = Summarize(lat)
+	if firstErr != nil {
+		res.FirstError = firstErr.Error()
+	}
+	return res, ctx.Err()
+}
+
+// runEmpty runs n empty workflows on concurrency goroutines and returns the
+// first error; each completion is passed to done when it is not nil.
+func runEmpty(ctx context.Context, c client.Client, prefix string, n, concurrency int, done func(time.Duration, error)) error {
+	var (
+		next  atomic.Int64
+		mu    sync.Mutex
+		first error
+		wg    sync.WaitGroup
+	)
+	for range concurrency {
+		wg.Go(func() {
+			for {
+				i := next.Add(1) - 1
+				if i >= int64(n) || ctx.Err() != nil {
+					return
+				}
+				start := time.Now()
+				run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
+					ID:                  fmt.Sprintf("bench-floor-%s-%d", prefix, i),
+					TaskQueue:           FloorTaskQueue,
+					WorkflowRunTimeout:  time.Minute,
+					WorkflowTaskTimeout: 10 * time.Second,
+				}, floorWorkflowName)
+				if err == nil {
+					err = run.Get(ctx, nil)
+				}
+				if done != nil {
+					done(time.Since(start), err)
+				}
+				if err != nil {
+					mu.Lock()
+					if first == nil {
+						first = err
+					}
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if first != nil {
+		return first
+	}
+	return ctx.Err()
+}

@@ -1,0 +1,224 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// maxRetryAfter caps how long a VU honours one Retry-After, so that a
+// misbehaving server cannot park the whole pool.
+const maxRetryAfter = 30 * time.Second
+
+// newHTTPClient keeps a connection per VU alive, as k6 does.
+func newHTTPClient(maxVUs int, timeout time.Duration) *http.Client {
+	return &http.Client{
+		Timeout: timeout,
+		Transport: &http.Transport{
+			Proxy:               nil,
+			DialContext:         (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+			MaxIdleConns:        maxVUs,
+			MaxIdleConnsPerHost: maxVUs,
+			IdleConnTimeout:     90 * time.Second,
+			DisableCompression:  true,
+		},
+	}
+}
+
+// createCourses makes the run's courses through the API under test, so
+// both arms are prepared by the same code path.
+func createCourses(ctx context.Context, c *http.Client, base, token string, ids []string, seats int) error {
+	sem := make(chan struct{}, 8)
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		first error
+	)
+	for _, id := range ids {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			body, _ := json.Marshal(map[string]any{"id": id, "title": "bench " + id, "capacity": seats})
+			status, raw, _, err := post(ctx, c, base+"/v1/courses", token, body)
+			if err == nil && status != http.StatusCreated {
+				err = fmt.Errorf("POST /v1/courses %s answered %d: %s", id, status, bytes.TrimSpace(raw))
+			}
+			if err != nil {
+				mu.Lock()
+				if first == nil {
+					first = err
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return first
+}
+
+// post sends JSON (with the bearer token, if any) and reads the whole
+// answer, so the connection is reused.
+func post(ctx context.Context, c *http.Client, url, token string, body []byte) (int, []byte, http.Header, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return 0, nil, nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return 0, nil, nil, err
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	return resp.StatusCode, raw, resp.Header, err
+}
+
+// classify tells a timeout from any other transport failure.
+func classify(err error) Outcome {
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, context.DeadlineExceeded) {
+		return OutcomeTimeout
+	}
+	return OutcomeConn
+}
+
+// retryAfter parses a Retry-After header: delta-seconds or an HTTP date.
+func retryAfter(h http.Header, now time.Time) (time.Duration, bool) {
+	v := strings.TrimSpace(h.Get("Retry-After"))
+	if v == "" {
+		return 0, false
+	}
+	if secs, err := strconv.Atoi(v); err == nil && secs >= 0 {
+		return min(time.Duration(secs)*time.Second, maxRetryAfter), true
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		return min(max(t.Sub(now), 0), maxRetryAfter), true
+	}
+	return 0, false
+}
+
+// enroller is the iteration of the user's scenario: one enrollment request
+// (retried after Retry-After on 429/503), then the VU sleeps.
+type enroller struct {
+	client     *http.Client
+	base       string
+	token      string
+	courses    []string
+	students   int
+	sleep      time.Duration
+	maxRetries int
+	start      time.Time
+	rec        *Recorder
+
+	retries  atomic.Int64
+	mu       sync.Mutex
+	accepted []string // enrollment IDs answered 201
+}
+
+// pick maps iteration n to a course and a student. Students are taken in
+// order (n mod students), courses are spread by a mixing hash so that
+// neighbouring iterations hit different course rows.
+func (e *enroller) pick(n int) (course, student string) {
+	x := uint64(n) + 0x9e3779b97f4a7c15
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9
+	x = (x ^ (x >> 27)) * 0x94d049bb133111eb
+	x ^= x >> 31
+	return e.courses[x%uint64(len(e.courses))], "s" + strconv.Itoa(n%e.students)
+}
+
+func (e *enroller) iteration(ctx context.Context, n int, _ time.Duration) {
+	course, student := e.pick(n)
+	body := []byte(`{"student_id":"` + student + `"}`)
+	url := e.base + "/v1/courses/" + course + "/enrollments"
+	for attempt := 0; ; attempt++ {
+		began := time.Now()
+		status, raw, header, err := post(ctx, e.client, url, e.token, body)
+		ended := time.Now()
+		s := Sample{End: ended.Sub(e.start), Latency: ended.Sub(began), Status: status}
+		if err != nil {
+			if ctx.Err() != nil {
+				return // the run was cancelled: not the server's failure
+			}
+			s.Outcome = classify(err)
+		}
+		e.rec.Add(s)
+		if err == nil {
+			if id := acceptedID(status, raw, attempt > 0); id != "" {
+				e.mu.Lock()
+				e.accepted = append(e.accepted, id)
+				e.mu.Unlock()
+			}
+		}
+		if err != nil || (status != http.StatusTooManyRequests && status != http.StatusServiceUnavailable) || attempt >= e.maxRetries {
+			break
+		}
+		wait, ok := retryAfter(header, ended)
+		if !ok {
+			break
+		}
+		e.retries.Add(1)
+		if !sleepCtx(ctx, wait) {
+			return
+		}
+	}
+	sleepCtx(ctx, e.sleep)
+}
+
+// acceptedID returns the enrollment the client was given: the ID of a 201,
+// or, on a retry after Retry-After, the enrollment a 409 already_enrolled
+// names (the first attempt's claim went on after its 503, and the retry
+// joined it).
+func acceptedID(status int, body []byte, retry bool) string {
+	var got struct {
+		ID           string `json:"id"`
+		EnrollmentID string `json:"enrollment_id"`
+		Error        struct {
+			Code string `json:"code"`
+		} `json:"error"`
+	}
+	switch {
+	case status == http.StatusCreated:
+		if json.Unmarshal(body, &got) == nil {
+			return got.ID
+		}
+	case status == http.StatusConflict && retry:
+		if json.Unmarshal(body, &got) == nil && got.Error.Code == "already_enrolled" {
+			return got.EnrollmentID
+		}
+	}
+	return ""
+}
+
+// Accepted is the enrollment IDs clients were given.
+func (e *enroller) Accepted() []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return append([]string(nil), e.accepted...)
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
