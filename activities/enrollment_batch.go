@@ -1,0 +1,268 @@
+package activities
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/IBM/sarama"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/claimflow/claimflow/workflows"
+)
+
+type claimKey struct{ course, student string }
+
+// ReserveSeats decides a whole batch of claims in one transaction. The
+// course rows are locked in ID order, so concurrent batches serialise per
+// course without deadlocks, and the decisions are made in arrival order:
+// the first claims get the last seats. Retrying after a commit whose result
+// was lost finds the batch's own rows and answers the same.
+func (a *Activities) ReserveSeats(ctx context.Context, in workflows.ReserveSeatsInput) (workflows.ReserveSeatsResult, error) {
+	res := workflows.ReserveSeatsResult{Decisions: make([]workflows.Decision, len(in.Claims))}
+	var (
+		courseIDs, ids, students []string
+		claimCourses             []string
+	)
+	for _, c := range in.Claims {
+		ids = append(ids, c.EnrollmentID)
+		claimCourses = append(claimCourses, c.CourseID)
+		students = append(students, c.StudentID)
+		if !slices.Contains(courseIDs, c.CourseID) {
+			courseIDs = append(courseIDs, c.CourseID)
+		}
+	}
+	slices.Sort(courseIDs)
+
+	err := pgx.BeginFunc(ctx, a.DB, func(tx pgx.Tx) error {
+		available := map[string]int{}
+		rows, err := tx.Query(ctx, `SELECT id, capacity - enrolled FROM courses WHERE id = ANY($1) ORDER BY id FOR UPDATE`, courseIDs)
+		if err != nil {
+			return fmt.Errorf("lock courses %v: %w", courseIDs, err)
+		}
+		for rows.Next() {
+			var id string
+			var free int
+			if err := rows.Scan(&id, &free); err != nil {
+				return err
+			}
+			available[id] = free
+		}
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("lock courses: %w", err)
+		}
+
+		// Enrollments that already exist: our own from an earlier attempt,
+		// or another active one of the same student.
+		own := map[string]string{} // id → status
+		holders := map[claimKey]string{}
+		rows, err = tx.Query(ctx, `
+			SELECT e.id, e.course_id, e.student_id, e.status
+			FROM enrollments e
+			WHERE e.id = ANY($1)
+			   OR (e.status IN ('reserved', 'confirmed', 'dead_lettered')
+			       AND (e.course_id, e.student_id) IN (SELECT * FROM unnest($2::text[], $3::text[])))`,
+			ids, claimCourses, students)
+		if err != nil {
+			return fmt.Errorf("look up existing enrollments: %w", err)
+		}
+		for rows.Next() {
+			var id, course, student, status string
+			if err := rows.Scan(&id, &course, &student, &status); err != nil {
+				return err
+			}
+			if slices.Contains(ids, id) {
+				own[id] = status
+			}
+			if status == "reserved" || status == "confirmed" || status == "dead_lettered" {
+				holders[claimKey{course, student}] = id
+			}
+		}
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("look up existing enrollments: %w", err)
+		}
+
+		var insIDs, insCourses, insStudents, insWorkflows, insRuns []string
+		var insRequested []time.Time
+		taken := map[string]int{}
+		for i, c := range in.Claims {
+			d := &res.Decisions[i]
+			d.EnrollmentID = c.EnrollmentID
+			key := claimKey{c.CourseID, c.StudentID}
+			if status, ok := own[c.EnrollmentID]; ok {
+				if status == "failed" || status == "cancelled" {
+					d.Status, d.Refusal = workflows.StatusRefused, workflows.RefusalEnrollmentInactive
+					d.Message = fmt.Sprintf("enrollment %s is already %s", c.EnrollmentID, status)
+				} else {
+					d.Status = workflows.StatusReserved
+				}
+				continue
+			}
+			free, exists := available[c.CourseID]
+			switch holder := holders[key]; {
+			case !exists:
+				d.Status, d.Refusal = workflows.StatusRefused, workflows.RefusalCourseNotFound
+				d.Message = fmt.Sprintf("course %q does not exist", c.CourseID)
+			case holder != "":
+				d.Status, d.Refusal, d.EnrollmentID = workflows.StatusRefused, workflows.RefusalAlreadyEnrolled, holder
+				d.Message = fmt.Sprintf("student %q is already enrolled in %q", c.StudentID, c.CourseID)
+			case free <= 0:
+				d.Status, d.Refusal = workflows.StatusRefused, workflows.RefusalCourseFull
+				d.Message = fmt.Sprintf("course %q has no seat left", c.CourseID)
+			default:
+				d.Status = workflows.StatusReserved
+				available[c.CourseID] = free - 1
+				holders[key] = c.EnrollmentID
+				taken[c.CourseID]++
+				insIDs = append(insIDs, c.EnrollmentID)
+				insCourses = append(insCourses, c.CourseID)
+				insStudents = append(insStudents, c.StudentID)
+				insWorkflows = append(insWorkflows, in.WorkflowID)
+				insRuns = append(insRuns, in.RunID)
+				insRequested = append(insRequested, c.RequestedAt)
+			}
+		}
+		if len(insIDs) == 0 {
+			return nil
+		}
+		if _, err := tx.Exec(ctx, `
+			INSERT INTO enrollments (id, course_id, student_id, status, workflow_id, run_id, requested_at, recorded_at)
+			SELECT id, course_id, student_id, 'reserved', workflow_id, run_id, requested_at, clock_timestamp()
+			FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::timestamptz[])
+			     AS r(id, course_id, student_id, workflow_id, run_id, requested_at)`,
+			insIDs, insCourses, insStudents, insWorkflows, insRuns, insRequested); err != nil {
+			// A concurrent single-enrollment run may have won a pair between
+			// our read and this insert; the retry sees it as a holder.
+			return fmt.Errorf("insert %d enrollments: %w", len(insIDs), err)
+		}
+		var takenCourses []string
+		var takenCounts []int32
+		for course, n := range taken {
+			takenCourses = append(takenCourses, course)
+			takenCounts = append(takenCounts, int32(n))
+		}
+		if _, err := tx.Exec(ctx, `
+			UPDATE courses c SET enrolled = c.enrolled + t.n
+			FROM unnest($1::text[], $2::int[]) AS t(id, n) WHERE c.id = t.id`, takenCourses, takenCounts); err != nil {
+			return fmt.Errorf("take seats: %w", err)
+		}
+		return nil
+	})
+	return res, err
+}
+
+// PublishBatch sends the batch's events in one call and stamps published_at
+// on each acknowledged enrollment. Events of enrollments already stamped are
+// not sent again, so a retry sends only what is missing.
+func (a *Activities) PublishBatch(ctx context.Context, in workflows.PublishBatchInput) error {
+	if len(in.Messages) != len(in.EnrollmentIDs) {
+		return fmt.Errorf("publish batch: %d messages for %d enrollments", len(in.Messages), len(in.EnrollmentIDs))
+	}
+	done := map[string]bool{}
+	rows, err := a.DB.Query(ctx, `SELECT id FROM enrollments WHERE id = ANY($1) AND published_at IS NOT NULL`, in.EnrollmentIDs)
+	if err != nil {
+		return fmt.Errorf("check which events are out: %w", err)
+	}
+	published, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return fmt.Errorf("check which events are out: %w", err)
+	}
+	for _, id := range published {
+		done[id] = true
+	}
+
+	var msgs []*sarama.ProducerMessage
+	for i, m := range in.Messages {
+		if done[in.EnrollmentIDs[i]] {
+			continue
+		}
+		payload, err := json.Marshal(m.Event)
+		if err != nil {
+			return fmt.Errorf("encode event %s: %w", m.Event.ID, err)
+		}
+		msgs = append(msgs, &sarama.ProducerMessage{
+			Topic: m.Topic,
+			Key:   sarama.StringEncoder(m.Key),
+			Value: sarama.ByteEncoder(payload),
+			Headers: []sarama.RecordHeader{
+				{Key: []byte("event_id"), Value: []byte(m.Event.ID)},
+				{Key: []byte("type"), Value: []byte(m.Event.Type)},
+			},
+			Metadata: in.EnrollmentIDs[i],
+		})
+	}
+	if len(msgs) == 0 {
+		return nil
+	}
+	began := time.Now()
+	sendErr := a.Producer.SendMessages(msgs)
+	failed := map[string]bool{}
+	var perrs sarama.ProducerErrors
+	switch {
+	case sendErr == nil:
+	case errors.As(sendErr, &perrs):
+		for _, pe := range perrs {
+			if id, ok := pe.Msg.Metadata.(string); ok {
+				failed[id] = true
+			}
+		}
+	default:
+		for _, m := range msgs {
+			failed[m.Metadata.(string)] = true
+		}
+	}
+	var acked []string
+	for _, m := range msgs {
+		id := m.Metadata.(string)
+		if failed[id] {
+			a.Metrics.observePublish(m.Topic, began, sendErr)
+			continue
+		}
+		acked = append(acked, id)
+		a.Metrics.observePublish(m.Topic, began, nil)
+	}
+	if len(acked) > 0 {
+		if _, err := a.DB.Exec(ctx, `
+			UPDATE enrollments SET published_at = COALESCE(published_at, clock_timestamp()), updated_at = now()
+			WHERE id = ANY($1)`, acked); err != nil {
+			return fmt.Errorf("record %d published events: %w", len(acked), err)
+		}
+	}
+	if len(failed) > 0 {
+		return fmt.Errorf("publish batch: %d of %d events not acknowledged: %w", len(failed), len(msgs), sendErr)
+	}
+	return nil
+}
+
+// ConfirmBatch ends the published enrollments of a batch.
+func (a *Activities) ConfirmBatch(ctx context.Context, ids []string) error {
+	_, err := a.DB.Exec(ctx, `
+		UPDATE enrollments SET status = 'confirmed', confirmed_at = COALESCE(confirmed_at, clock_timestamp()), updated_at = now()
+		WHERE id = ANY($1) AND status IN ('reserved', 'dead_lettered')`, ids)
+	if err != nil {
+		return fmt.Errorf("confirm %d enrollments: %w", len(ids), err)
+	}
+	return nil
+}
+
+// ReleaseSeats is the compensation of ReserveSeats: every enrollment still
+// reserved fails and gives its seat back; running it twice frees nothing more.
+func (a *Activities) ReleaseSeats(ctx context.Context, ids []string) error {
+	return pgx.BeginFunc(ctx, a.DB, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `
+			WITH released AS (
+				UPDATE enrollments SET status = 'failed', failed_at = clock_timestamp(), updated_at = now()
+				WHERE id = ANY($1) AND status IN ('reserved', 'dead_lettered')
+				RETURNING course_id
+			)
+			UPDATE courses c SET enrolled = c.enrolled - r.n
+			FROM (SELECT course_id, count(*) AS n FROM released GROUP BY course_id) r
+			WHERE c.id = r.course_id`, ids); err != nil {
+			return fmt.Errorf("release %d seats: %w", len(ids), err)
+		}
+		return nil
+	})
+}

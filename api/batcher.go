@@ -1,0 +1,285 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"time"
+
+	"github.com/google/uuid"
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/claimflow/claimflow/workflows"
+)
+
+// errOverloaded means the claim queue is full: the caller answers 429 at
+// once instead of letting requests pile up behind Temporal.
+var errOverloaded = errors.New("claim queue full")
+
+// BatchOptions tune group commit of enrollment claims.
+type BatchOptions struct {
+	// MaxBatch bounds the claims one batch run decides.
+	MaxBatch int
+	// InFlight bounds the batch runs under way at once. While all are busy,
+	// arriving claims wait and join the next batch: batches grow with load.
+	InFlight int
+	// QueueLimit bounds the claims waiting for a batch; beyond it, 429.
+	QueueLimit int
+	// MaxAttrBytes bounds the encoded size of the batch run's StudentId and
+	// CourseId search attribute values, which Temporal limits per value
+	// (frontend.searchAttributesSizeOfValueLimit, 2 KiB by default).
+	MaxAttrBytes int
+}
+
+// claimBatcher collects enrollment claims and decides them a batch at a
+// time. A claim that finds a free slot goes out at once, alone, so a
+// quiet system answers as fast as without batching.
+type claimBatcher struct {
+	temporal Temporal
+	log      *slog.Logger
+	opts     BatchOptions
+	timeout  time.Duration
+	queue    chan *pendingClaim
+	slots    chan struct{}
+	done     chan struct{}
+}
+
+type pendingClaim struct {
+	in    workflows.EnrollmentInput
+	reply chan claimResult
+}
+
+type claimResult struct {
+	decision   workflows.Decision
+	workflowID string
+	runID      string
+	err        error
+}
+
+func newClaimBatcher(t Temporal, log *slog.Logger, o BatchOptions, timeout time.Duration) *claimBatcher {
+	if o.MaxBatch <= 0 {
+		o.MaxBatch = 250
+	}
+	if o.InFlight <= 0 {
+		o.InFlight = 4
+	}
+	if o.QueueLimit <= 0 {
+		o.QueueLimit = 4 * o.MaxBatch * o.InFlight
+	}
+	if o.MaxAttrBytes <= 0 {
+		o.MaxAttrBytes = 2000
+	}
+	b := &claimBatcher{
+		temporal: t, log: log, opts: o, timeout: timeout,
+		queue: make(chan *pendingClaim, o.QueueLimit),
+		slots: make(chan struct{}, o.InFlight),
+		done:  make(chan struct{}),
+	}
+	go b.loop()
+	return b
+}
+
+// close stops collecting; claims already queued are answered with an error.
+func (b *claimBatcher) close() { close(b.done) }
+
+// submit queues a claim and waits for its decision.
+func (b *claimBatcher) submit(ctx context.Context, in workflows.EnrollmentInput) (claimResult, error) {
+	p := &pendingClaim{in: in, reply: make(chan claimResult, 1)}
+	select {
+	case b.queue <- p:
+	default:
+		return claimResult{}, errOverloaded
+	}
+	select {
+	case r := <-p.reply:
+		return r, r.err
+	case <-ctx.Done():
+		// The batch still decides this claim; a retry of the request learns
+		// the outcome as already_enrolled with the enrollment's ID.
+		return claimResult{}, ctx.Err()
+	}
+}
+
+func (b *claimBatcher) loop() {
+	var carry *pendingClaim // did not fit the previous batch
+	for {
+		batch := newBatchBuilder(b.opts)
+		if carry != nil {
+			batch.add(carry)
+			carry = nil
+		} else {
+			select {
+			case p := <-b.queue:
+				batch.add(p)
+			case <-b.done:
+				b.failQueued()
+				return
+			}
+		}
+	waitForSlot:
+		for {
+			queue := b.queue
+			if carry != nil || batch.full() {
+				queue = nil // full: only a free slot moves us on
+			}
+			select {
+			case b.slots <- struct{}{}:
+				break waitForSlot
+			case p := <-queue:
+				if batch.fits(p) {
+					batch.add(p)
+				} else {
+					carry = p
+				}
+			case <-b.done:
+				for _, p := range append(batch.claims, carry) {
+					if p != nil {
+						p.reply <- claimResult{err: errors.New("API shutting down")}
+					}
+				}
+				b.failQueued()
+				return
+			}
+		}
+	drain:
+		for carry == nil && !batch.full() {
+			select {
+			case p := <-b.queue:
+				if batch.fits(p) {
+					batch.add(p)
+				} else {
+					carry = p
+				}
+			default:
+				break drain
+			}
+		}
+		go b.flush(batch.claims)
+	}
+}
+
+// batchBuilder keeps a batch within its claim count and within the size
+// Temporal allows for the StudentId and CourseId values of its run.
+type batchBuilder struct {
+	opts                      BatchOptions
+	claims                    []*pendingClaim
+	students, courses         map[string]bool
+	studentBytes, courseBytes int
+}
+
+func newBatchBuilder(o BatchOptions) *batchBuilder {
+	return &batchBuilder{opts: o, students: map[string]bool{}, courses: map[string]bool{}}
+}
+
+// entryBytes is one list entry encoded: the ID, its quotes and a comma.
+func entryBytes(id string) int { return len(id) + 3 }
+
+func (b *batchBuilder) full() bool { return len(b.claims) >= b.opts.MaxBatch }
+
+func (b *batchBuilder) fits(p *pendingClaim) bool {
+	if b.full() {
+		return false
+	}
+	sb, cb := b.studentBytes, b.courseBytes
+	if !b.students[p.in.StudentID] {
+		sb += entryBytes(p.in.StudentID)
+	}
+	if !b.courses[p.in.CourseID] {
+		cb += entryBytes(p.in.CourseID)
+	}
+	return sb <= b.opts.MaxAttrBytes && cb <= b.opts.MaxAttrBytes
+}
+
+func (b *batchBuilder) add(p *pendingClaim) {
+	b.claims = append(b.claims, p)
+	if !b.students[p.in.StudentID] {
+		b.students[p.in.StudentID] = true
+		b.studentBytes += entryBytes(p.in.StudentID)
+	}
+	if !b.courses[p.in.CourseID] {
+		b.courses[p.in.CourseID] = true
+		b.courseBytes += entryBytes(p.in.CourseID)
+	}
+}
+
+func (b *claimBatcher) failQueued() {
+	for {
+		select {
+		case p := <-b.queue:
+			p.reply <- claimResult{err: errors.New("API shutting down")}
+		default:
+			return
+		}
+	}
+}
+
+// flush decides one batch through an Update-With-Start of its run.
+func (b *claimBatcher) flush(batch []*pendingClaim) {
+	defer func() { <-b.slots }()
+	answer := func(r claimResult, decisions []workflows.Decision) {
+		for i, p := range batch {
+			out := r
+			if decisions != nil {
+				out.decision = decisions[i]
+			}
+			p.reply <- out
+		}
+	}
+	id, err := uuid.NewV7()
+	if err != nil {
+		answer(claimResult{err: err}, nil)
+		return
+	}
+	in := workflows.EnrollmentBatchInput{BatchID: id.String()}
+	var courses, students []string
+	for _, p := range batch {
+		in.Claims = append(in.Claims, p.in)
+		if !slices.Contains(courses, p.in.CourseID) {
+			courses = append(courses, p.in.CourseID)
+		}
+		if !slices.Contains(students, p.in.StudentID) {
+			students = append(students, p.in.StudentID)
+		}
+	}
+	workflowID := workflows.EnrollmentBatchWorkflowID(in.BatchID)
+	start := b.temporal.NewWithStartWorkflowOperation(client.StartWorkflowOptions{
+		ID:        workflowID,
+		TaskQueue: workflows.TaskQueue,
+		// Batch IDs are new each time: a second start is a bug, not a retry.
+		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
+		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
+		TypedSearchAttributes: temporal.NewSearchAttributes(
+			workflows.SearchCourseID.ValueSet(courses),
+			workflows.SearchStudentID.ValueSet(students),
+			workflows.SearchClaimStatus.ValueSet(string(workflows.StatusPending)),
+		),
+	}, workflows.EnrollmentBatch, in)
+	ctx, cancel := context.WithTimeout(context.Background(), b.timeout)
+	defer cancel()
+	handle, err := b.temporal.UpdateWithStartWorkflow(ctx, client.UpdateWithStartWorkflowOptions{
+		StartWorkflowOperation: start,
+		UpdateOptions: client.UpdateWorkflowOptions{
+			WorkflowID:   workflowID,
+			UpdateName:   workflows.UpdateDecision,
+			WaitForStage: client.WorkflowUpdateStageCompleted,
+		},
+	})
+	if err != nil {
+		answer(claimResult{err: fmt.Errorf("start batch %s of %d claims: %w", in.BatchID, len(batch), err)}, nil)
+		return
+	}
+	var decisions []workflows.Decision
+	if err := handle.Get(ctx, &decisions); err != nil {
+		answer(claimResult{err: fmt.Errorf("decide batch %s: %w", in.BatchID, err)}, nil)
+		return
+	}
+	if len(decisions) != len(batch) {
+		answer(claimResult{err: fmt.Errorf("batch %s: %d decisions for %d claims", in.BatchID, len(decisions), len(batch))}, nil)
+		return
+	}
+	answer(claimResult{workflowID: workflowID, runID: handle.RunID()}, decisions)
+}
