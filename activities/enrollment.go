@@ -23,6 +23,7 @@ import (
 // Producer is the part of sarama.SyncProducer activities need.
 type Producer interface {
 	SendMessage(msg *sarama.ProducerMessage) (partition int32, offset int64, err error)
+	SendMessages(msgs []*sarama.ProducerMessage) error
 }
 
 // Activities holds the dependencies of every activity; the worker registers
@@ -32,6 +33,11 @@ type Activities struct {
 	Producer Producer
 	Log      *slog.Logger
 	Metrics  *Metrics
+	// Payouts reaches the vendors' payout API (coupon uses).
+	Payouts Payouts
+	// Sink delivers consumed events' notifications (DeliverNotification);
+	// nil means the notifications table alone.
+	Sink *Sink
 }
 
 const (
@@ -215,7 +221,7 @@ func (a *Activities) RecordDeadLetter(ctx context.Context, in workflows.DeadLett
 		err := tx.QueryRow(ctx, `
 			INSERT INTO dead_letters (event_id, event_type, topic, message_key, payload, workflow_id, run_id, enrollment_id, error, rounds, status)
 			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 'open')
-			ON CONFLICT (event_id) DO UPDATE SET
+			ON CONFLICT (event_id, stage) DO UPDATE SET
 				status = 'open', error = EXCLUDED.error, run_id = EXCLUDED.run_id,
 				rounds = GREATEST(dead_letters.rounds, EXCLUDED.rounds), updated_at = now()
 			RETURNING id`,

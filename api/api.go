@@ -46,19 +46,41 @@ type Config struct {
 	DecisionTimeout time.Duration
 	// ConfirmTimeout bounds ?wait=confirmed.
 	ConfirmTimeout time.Duration
+	// Batching, when set, decides enrollment claims in group-commit batch
+	// runs; nil runs one Enrollment workflow per request.
+	Batching *BatchOptions
 	// Metrics receives the API's metrics and Gatherer serves /metrics;
 	// nil means a private registry.
 	Metrics  prometheus.Registerer
 	Gatherer prometheus.Gatherer
+	// Security is authentication, authorization and load limits of /v1
+	// (auth.go, policy.go, ratelimit.go).
+	Security Security
 }
 
 type server struct {
 	Config
 	metrics *metrics
+	batcher *claimBatcher
+	// issueGate bounds coupon issue runs in flight per type (coupons.go).
+	issueGate issueGate
+}
+
+// Handler is the API; Close stops its claim batcher after the HTTP server
+// has drained.
+type Handler struct {
+	http.Handler
+	close func()
+}
+
+func (h *Handler) Close() {
+	if h.close != nil {
+		h.close()
+	}
 }
 
 // New returns the HTTP handler.
-func New(cfg Config) http.Handler {
+func New(cfg Config) *Handler {
 	if cfg.DecisionTimeout == 0 {
 		cfg.DecisionTimeout = 15 * time.Second
 	}
@@ -74,6 +96,11 @@ func New(cfg Config) http.Handler {
 	}
 	s := &server{Config: cfg}
 	s.metrics = newMetrics(s)
+	var closeFn func()
+	if cfg.Batching != nil {
+		s.batcher = newClaimBatcher(cfg.Temporal, cfg.Log.With("component", "batcher"), *cfg.Batching, cfg.DecisionTimeout)
+		closeFn = s.batcher.close
+	}
 	gin.SetMode(gin.ReleaseMode)
 	r := gin.New()
 	r.Use(gin.Recovery(), s.metrics.middleware, s.accessLog)
@@ -86,8 +113,9 @@ func New(cfg Config) http.Handler {
 	r.GET("/healthz", func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "ok"}) })
 	r.GET("/readyz", s.ready)
 	r.GET("/metrics", metricsHandler(cfg.Gatherer))
+	r.GET("/openapi.json", serveOpenAPI)
 
-	v1 := r.Group("/v1")
+	v1 := r.Group("/v1", s.guard())
 	v1.POST("/courses", s.createCourse)
 	v1.GET("/courses/:id", s.getCourse)
 	v1.POST("/courses/:id/enrollments", s.enroll)
@@ -97,7 +125,14 @@ func New(cfg Config) http.Handler {
 	v1.GET("/dead-letters/:id", s.getDeadLetter)
 	v1.POST("/dead-letters/:id/retry", s.retryDeadLetter)
 	v1.POST("/dead-letters/:id/compensate", s.compensateDeadLetter)
-	return r
+	v1.POST("/vendors", s.createVendor)
+	v1.GET("/vendors/:id", s.getVendor)
+	v1.POST("/coupon-types", s.createCouponType)
+	v1.GET("/coupon-types/:id", s.getCouponType)
+	v1.POST("/coupon-types/:id/coupons", s.issueCoupon)
+	v1.GET("/coupons/:id", s.getCoupon)
+	v1.POST("/coupons/:id/use", s.useCoupon)
+	return &Handler{Handler: r, close: closeFn}
 }
 
 func (s *server) accessLog(c *gin.Context) {
@@ -162,8 +197,14 @@ func decodeJSON(c *gin.Context, dst any) bool {
 	dec := json.NewDecoder(http.MaxBytesReader(c.Writer, c.Request.Body, maxBodyBytes))
 	dec.DisallowUnknownFields()
 	err := dec.Decode(dst)
-	if err == nil && dec.More() {
-		err = errors.New("unexpected data after the JSON object")
+	if err == nil {
+		// Only whitespace may follow; dec.More alone lets a stray "]" or "}" through.
+		if _, next := dec.Token(); !errors.Is(next, io.EOF) {
+			var tooBig *http.MaxBytesError
+			if err = next; !errors.As(next, &tooBig) {
+				err = errors.New("unexpected data after the JSON object")
+			}
+		}
 	}
 	if err == nil {
 		return true
@@ -176,6 +217,8 @@ func decodeJSON(c *gin.Context, dst any) bool {
 	switch {
 	case errors.As(err, &tooBig):
 		writeError(c, http.StatusRequestEntityTooLarge, "body_too_large", fmt.Sprintf("body exceeds %d bytes", maxBodyBytes), "")
+	case errors.As(err, &typeErr) && typeErr.Field == "":
+		writeError(c, http.StatusBadRequest, "invalid_json", "the body must be a JSON object", "")
 	case errors.As(err, &typeErr):
 		writeError(c, http.StatusBadRequest, "invalid_field", fmt.Sprintf("%s must be %s", typeErr.Field, typeErr.Type), typeErr.Field)
 	case strings.HasPrefix(err.Error(), "json: unknown field "):

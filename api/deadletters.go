@@ -25,6 +25,7 @@ type deadLetter struct {
 	RunID        string          `json:"run_id"`
 	WorkflowURL  string          `json:"workflow_url,omitempty"`
 	EnrollmentID *string         `json:"enrollment_id,omitempty"`
+	Stage        string          `json:"stage"` // publish (a saga's event) or consume (a notification)
 	Error        string          `json:"error"`
 	Rounds       int             `json:"rounds"`
 	Status       string          `json:"status"`
@@ -33,12 +34,12 @@ type deadLetter struct {
 }
 
 const deadLetterColumns = `id, event_id, event_type, topic, message_key, payload, workflow_id, run_id,
-	enrollment_id, error, rounds, status, created_at, updated_at`
+	enrollment_id, stage, error, rounds, status, created_at, updated_at`
 
 func scanDeadLetter(row pgx.Row) (deadLetter, error) {
 	var d deadLetter
 	err := row.Scan(&d.ID, &d.EventID, &d.EventType, &d.Topic, &d.Key, &d.Payload, &d.WorkflowID, &d.RunID,
-		&d.EnrollmentID, &d.Error, &d.Rounds, &d.Status, &d.CreatedAt, &d.UpdatedAt)
+		&d.EnrollmentID, &d.Stage, &d.Error, &d.Rounds, &d.Status, &d.CreatedAt, &d.UpdatedAt)
 	return d, err
 }
 
@@ -63,8 +64,13 @@ func (s *server) listDeadLetters(c *gin.Context) {
 		}
 		limit = n
 	}
+	stage := c.Query("stage")
+	if stage != "" && stage != "publish" && stage != "consume" {
+		writeError(c, http.StatusBadRequest, "invalid_field", "stage must be publish or consume", "stage")
+		return
+	}
 	rows, err := s.DB.Query(c, `SELECT `+deadLetterColumns+` FROM dead_letters
-		WHERE $1 = '' OR status = $1 ORDER BY id DESC LIMIT $2`, status, limit)
+		WHERE ($1 = '' OR status = $1) AND ($3 = '' OR stage = $3) ORDER BY id DESC LIMIT $2`, status, limit, stage)
 	if err != nil {
 		s.internalError(c, err)
 		return

@@ -59,7 +59,7 @@ func (s *server) enroll(c *gin.Context) {
 		return
 	}
 	var req enrollRequest
-	if !decodeJSON(c, &req) || !validID(c, "student_id", req.StudentID) {
+	if !decodeJSON(c, &req) || !validID(c, "student_id", req.StudentID) || !s.mayActFor(c, "student_id", req.StudentID) {
 		return
 	}
 	enrollmentID, err := uuid.NewV7()
@@ -73,26 +73,31 @@ func (s *server) enroll(c *gin.Context) {
 		StudentID:    req.StudentID,
 		RequestedAt:  requestedAt,
 	}
-	workflowID := workflows.EnrollmentWorkflowID(courseID, req.StudentID)
-	start := s.Temporal.NewWithStartWorkflowOperation(client.StartWorkflowOptions{
-		ID:        workflowID,
-		TaskQueue: workflows.TaskQueue,
-		// A concurrent second request of the same student joins the running
-		// claim (and is told already_enrolled); after a run closes, a new one
-		// may start, so a cancelled student can enroll again.
-		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
-		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
-		TypedSearchAttributes: temporal.NewSearchAttributes(
-			workflows.SearchCourseID.ValueSet(courseID),
-			workflows.SearchStudentID.ValueSet(req.StudentID),
-			workflows.SearchClaimStatus.ValueSet(string(workflows.StatusPending)),
-		),
-	}, workflows.Enrollment, in)
-
-	decision, runID, err := s.decide(c, start, workflowID)
-	if err != nil {
-		s.unavailable(c, fmt.Errorf("enroll %s in %s: %w", req.StudentID, courseID, err))
-		return
+	var (
+		decision          workflows.Decision
+		workflowID, runID string
+	)
+	if s.batcher != nil {
+		ctx, cancel := context.WithTimeout(c.Request.Context(), s.DecisionTimeout)
+		r, err := s.batcher.submit(ctx, in)
+		cancel()
+		if errors.Is(err, errOverloaded) {
+			c.Header("Retry-After", "1")
+			writeError(c, http.StatusTooManyRequests, "overloaded", "too many claims waiting; retry after the Retry-After delay", "")
+			return
+		}
+		if err != nil {
+			s.unavailable(c, fmt.Errorf("enroll %s in %s: %w", req.StudentID, courseID, err))
+			return
+		}
+		decision, workflowID, runID = r.decision, r.workflowID, r.runID
+	} else {
+		workflowID = workflows.EnrollmentWorkflowID(courseID, req.StudentID)
+		decision, runID, err = s.decide(c, s.startEnrollment(workflowID, in), workflowID)
+		if err != nil {
+			s.unavailable(c, fmt.Errorf("enroll %s in %s: %w", req.StudentID, courseID, err))
+			return
+		}
 	}
 	s.metrics.decided("Enrollment", string(decision.Status), string(decision.Refusal))
 	if decision.Status == workflows.StatusFailed {
@@ -133,6 +138,24 @@ func (s *server) enroll(c *gin.Context) {
 	}
 	// The claim is taken and durable; only its confirmation is late.
 	c.JSON(http.StatusAccepted, current)
+}
+
+// startEnrollment is the start of a run for one claim.
+func (s *server) startEnrollment(workflowID string, in workflows.EnrollmentInput) client.WithStartWorkflowOperation {
+	return s.Temporal.NewWithStartWorkflowOperation(client.StartWorkflowOptions{
+		ID:        workflowID,
+		TaskQueue: workflows.TaskQueue,
+		// A concurrent second request of the same student joins the running
+		// claim (and is told already_enrolled); after a run closes, a new one
+		// may start, so a cancelled student can enroll again.
+		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
+		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
+		TypedSearchAttributes: temporal.NewSearchAttributes(
+			workflows.SearchCourseID.ValueSet([]string{in.CourseID}),
+			workflows.SearchStudentID.ValueSet([]string{in.StudentID}),
+			workflows.SearchClaimStatus.ValueSet(string(workflows.StatusPending)),
+		),
+	}, workflows.Enrollment, in)
 }
 
 // decide starts (or joins) a claim's run and waits for its decision update.
@@ -220,6 +243,9 @@ func (s *server) cancelEnrollment(c *gin.Context) {
 		s.internalError(c, err)
 		return
 	}
+	if !s.mayActFor(c, "student_id", current.StudentID) {
+		return
+	}
 	workflowID := workflows.CancellationWorkflowID(id)
 	start := s.Temporal.NewWithStartWorkflowOperation(client.StartWorkflowOptions{
 		ID:                       workflowID,
@@ -227,8 +253,8 @@ func (s *server) cancelEnrollment(c *gin.Context) {
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
 		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
 		TypedSearchAttributes: temporal.NewSearchAttributes(
-			workflows.SearchCourseID.ValueSet(current.CourseID),
-			workflows.SearchStudentID.ValueSet(current.StudentID),
+			workflows.SearchCourseID.ValueSet([]string{current.CourseID}),
+			workflows.SearchStudentID.ValueSet([]string{current.StudentID}),
 			workflows.SearchClaimStatus.ValueSet(string(workflows.StatusPending)),
 		),
 	}, workflows.Cancellation, workflows.CancellationInput{EnrollmentID: id})

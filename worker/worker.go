@@ -6,6 +6,7 @@ package worker
 import (
 	"fmt"
 	"reflect"
+	"slices"
 	"time"
 
 	"go.temporal.io/sdk/client"
@@ -48,6 +49,10 @@ type Registry interface {
 func RegisterWorkflows(r Registry) {
 	r.RegisterWorkflow(workflows.Enrollment)
 	r.RegisterWorkflow(workflows.Cancellation)
+	r.RegisterWorkflow(workflows.EnrollmentBatch)
+	r.RegisterWorkflow(workflows.IssueCoupon)
+	r.RegisterWorkflow(workflows.UseCoupon)
+	r.RegisterWorkflow(workflows.DeliverEvent)
 }
 
 // Register registers workflows and activities on w.
@@ -59,7 +64,9 @@ func Register(w sdkworker.Worker, acts *activities.Activities) {
 // CheckActivities fails when an activity a workflow names has no method on
 // Activities, which would otherwise surface only at run time.
 func CheckActivities() error {
-	for _, name := range workflows.ActivityNames {
+	names := append(slices.Clone(workflows.ActivityNames), workflows.CouponActivityNames...)
+	names = append(names, workflows.BatchActivityNames...)
+	for _, name := range append(names, workflows.DeliveryActivityNames...) {
 		if _, ok := reflect.TypeFor[*activities.Activities]().MethodByName(name); !ok {
 			return fmt.Errorf("workflows call activity %q but activities.Activities has no such method", name)
 		}

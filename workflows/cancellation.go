@@ -62,7 +62,7 @@ func runCancellation(ctx workflow.Context, in CancellationInput, state *Enrollme
 	}
 	state.CourseID, state.StudentID = result.CourseID, result.StudentID
 	if err := workflow.UpsertTypedSearchAttributes(ctx,
-		SearchCourseID.ValueSet(result.CourseID), SearchStudentID.ValueSet(result.StudentID)); err != nil {
+		SearchCourseID.ValueSet([]string{result.CourseID}), SearchStudentID.ValueSet([]string{result.StudentID})); err != nil {
 		workflow.GetLogger(ctx).Warn("upsert search attributes failed", "error", err)
 	}
 	setStatus(ctx, result.Status)

@@ -38,6 +38,9 @@ type EnrollmentInput struct {
 	CourseID     string
 	StudentID    string
 	RequestedAt  time.Time
+	// Reserved says the seat is already taken for this enrollment (by a
+	// batch run), so the run starts at the publish step.
+	Reserved bool `json:",omitempty"`
 }
 
 // Decision is the answer to a claim. Refusal is set when Status is refused;
@@ -235,37 +238,19 @@ func (e *enrollment) run(ctx workflow.Context) (err error) {
 			}
 		}
 	}()
-	info := workflow.GetInfo(ctx)
 	dbCtx := databaseOptions(ctx)
 
 	e.saga.add(func(ctx workflow.Context) error {
 		return workflow.ExecuteActivity(compensationOptions(ctx), ActivityReleaseSeat,
 			ReleaseSeatInput{EnrollmentID: e.in.EnrollmentID}).Get(ctx, nil)
 	})
-	var reserved ReserveSeatResult
-	err = workflow.ExecuteActivity(dbCtx, ActivityReserveSeat, ReserveSeatInput{
-		EnrollmentID: e.in.EnrollmentID,
-		CourseID:     e.in.CourseID,
-		StudentID:    e.in.StudentID,
-		WorkflowID:   info.WorkflowExecution.ID,
-		RunID:        info.WorkflowExecution.RunID,
-		RequestedAt:  e.in.RequestedAt,
-	}).Get(ctx, &reserved)
-	if refused, ok := refusalOf(err); ok {
-		// Nothing was reserved, so there is nothing to compensate.
-		e.saga.compensations = nil
-		e.state.Refusal = refused.Refusal
-		d := Decision{EnrollmentID: e.in.EnrollmentID, Status: StatusRefused, Refusal: refused.Refusal, Message: refused.Message}
-		if refused.Holder != "" {
-			d.EnrollmentID = refused.Holder
-		}
-		e.decide(ctx, d)
-		return nil
+	if e.in.Reserved {
+		// A batch run reserved the seat and handed this enrollment over
+		// because its publish ran out of retries.
+		e.decide(ctx, Decision{EnrollmentID: e.in.EnrollmentID, Status: StatusReserved})
+	} else if refused, err := e.reserve(ctx, dbCtx); err != nil || refused {
+		return err
 	}
-	if err != nil {
-		return fmt.Errorf("reserve seat: %w", err)
-	}
-	e.decide(ctx, Decision{EnrollmentID: e.in.EnrollmentID, Status: StatusReserved})
 
 	occurredAt := workflow.Now(ctx).UTC()
 	confirmed := Message{
@@ -324,6 +309,37 @@ func (e *enrollment) fail(ctx workflow.Context) error {
 	return resolveDeadLetter(ctx, e.state.DeadLetterID, DeadLetterCompensated)
 }
 
+// reserve takes the seat and decides the claim; refused reports a business
+// refusal (already decided and answered).
+func (e *enrollment) reserve(ctx, dbCtx workflow.Context) (refused bool, err error) {
+	info := workflow.GetInfo(ctx)
+	var reserved ReserveSeatResult
+	err = workflow.ExecuteActivity(dbCtx, ActivityReserveSeat, ReserveSeatInput{
+		EnrollmentID: e.in.EnrollmentID,
+		CourseID:     e.in.CourseID,
+		StudentID:    e.in.StudentID,
+		WorkflowID:   info.WorkflowExecution.ID,
+		RunID:        info.WorkflowExecution.RunID,
+		RequestedAt:  e.in.RequestedAt,
+	}).Get(ctx, &reserved)
+	if r, ok := refusalOf(err); ok {
+		// Nothing was reserved, so there is nothing to compensate.
+		e.saga.compensations = nil
+		e.state.Refusal = r.Refusal
+		d := Decision{EnrollmentID: e.in.EnrollmentID, Status: StatusRefused, Refusal: r.Refusal, Message: r.Message}
+		if r.Holder != "" {
+			d.EnrollmentID = r.Holder
+		}
+		e.decide(ctx, d)
+		return true, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("reserve seat: %w", err)
+	}
+	e.decide(ctx, Decision{EnrollmentID: e.in.EnrollmentID, Status: StatusReserved})
+	return false, nil
+}
+
 func (e *enrollment) eventData() map[string]any {
 	return map[string]any{
 		"enrollment_id": e.in.EnrollmentID,
@@ -340,40 +356,61 @@ func (e *enrollment) eventData() map[string]any {
 // it left on the way is resolved).
 func publishOrDeadLetter(ctx workflow.Context, state *EnrollmentState, msg Message, stampFor string,
 	setStatus func(workflow.Context, EnrollmentStatus)) (DeadLetterAction, error) {
+	statusBefore := state.Status
+	return publishOrPark(ctx, msg, stampFor, parking{
+		deadLetterID: &state.DeadLetterID,
+		lastError:    &state.LastError,
+		park:         func(ctx workflow.Context) { setStatus(ctx, StatusDeadLettered) },
+		unpark:       func(ctx workflow.Context) { setStatus(ctx, statusBefore) },
+	})
+}
+
+// parking is the part of a run's state the publish-or-dead-letter loop keeps
+// current, whatever the saga: the open dead letter, the last error, and how
+// the run shows that it is parked (status dead_lettered) and no longer is.
+type parking struct {
+	deadLetterID *int64
+	lastError    *string
+	park, unpark func(workflow.Context)
+}
+
+// publishOrPark is publishOrDeadLetter for any saga. stampFor names the
+// enrollment whose published_at and dead-letter status are kept ("" for
+// none).
+func publishOrPark(ctx workflow.Context, msg Message, stampFor string, p parking) (DeadLetterAction, error) {
 	info := workflow.GetInfo(ctx)
 	deadLetters := workflow.GetSignalChannel(ctx, SignalDeadLetter)
-	statusBefore := state.Status
 	for round := 1; ; round++ {
 		err := workflow.ExecuteActivity(publishOptions(ctx), ActivityPublish,
 			PublishInput{Message: msg, StampPublishedFor: stampFor}).Get(ctx, nil)
 		if err == nil {
-			if state.DeadLetterID == 0 {
+			if *p.deadLetterID == 0 {
 				return "", nil
 			}
 			// Resolve before the caller moves on, so that whoever sees the
 			// enrollment confirmed also sees its dead letter resolved.
-			setStatus(ctx, statusBefore)
-			return "", resolveDeadLetter(ctx, state.DeadLetterID, DeadLetterResolved)
+			p.unpark(ctx)
+			return "", resolveDeadLetter(ctx, *p.deadLetterID, DeadLetterResolved)
 		}
 		if temporal.IsCanceledError(err) {
 			return "", err
 		}
-		state.LastError = err.Error()
+		*p.lastError = err.Error()
 		var record DeadLetterRecord
 		if err := workflow.ExecuteActivity(databaseOptions(ctx), ActivityRecordDeadLetter, DeadLetterInput{
 			Message:      msg,
 			WorkflowID:   info.WorkflowExecution.ID,
 			RunID:        info.WorkflowExecution.RunID,
 			EnrollmentID: stampFor,
-			Error:        state.LastError,
+			Error:        *p.lastError,
 			Round:        round,
 		}).Get(ctx, &record); err != nil {
 			return "", fmt.Errorf("record dead letter for %s: %w", msg.Event.ID, err)
 		}
-		state.DeadLetterID = record.ID
-		setStatus(ctx, StatusDeadLettered)
+		*p.deadLetterID = record.ID
+		p.park(ctx)
 		workflow.GetLogger(ctx).Error("event dead-lettered; waiting for an operator",
-			"event_id", msg.Event.ID, "dead_letter_id", record.ID, "error", state.LastError)
+			"event_id", msg.Event.ID, "dead_letter_id", record.ID, "error", *p.lastError)
 
 		action, err := awaitOperator(ctx, deadLetters)
 		if err != nil {

@@ -35,6 +35,9 @@ func TestReplayRecordedHistories(t *testing.T) {
 			r := worker.NewWorkflowReplayer()
 			r.RegisterWorkflow(workflows.Enrollment)
 			r.RegisterWorkflow(workflows.Cancellation)
+			r.RegisterWorkflow(workflows.EnrollmentBatch)
+			r.RegisterWorkflow(workflows.IssueCoupon)
+			r.RegisterWorkflow(workflows.UseCoupon)
 			if err := r.ReplayWorkflowHistoryFromJSONFile(quiet, file); err != nil {
 				t.Fatalf("replay %s: %v", file, err)
 			}
@@ -58,6 +61,7 @@ func TestReplayDetectsAChangedStepOrder(t *testing.T) {
 	for _, file := range files {
 		r := worker.NewWorkflowReplayer()
 		r.RegisterWorkflowWithOptions(changed, workflow.RegisterOptions{Name: "Enrollment"})
+		r.RegisterWorkflowWithOptions(changed, workflow.RegisterOptions{Name: "EnrollmentBatch"})
 		err := r.ReplayWorkflowHistoryFromJSONFile(quiet, file)
 		// TMPRL1100 is the SDK's code for a nondeterministic workflow.
 		if err == nil || !strings.Contains(err.Error(), "TMPRL1100") {

@@ -23,19 +23,29 @@ const (
 )
 
 // Search attributes kept on every run so operators can filter in the UI and
-// with `temporal workflow list --query "CourseId='cs101'"`.
+// with `temporal workflow list --query "CourseId='cs101'"`. CourseId and
+// StudentId are lists because a batch run carries many enrollments; on a
+// list "=" means "contains", so one query finds single and batch runs.
 var (
-	SearchCourseID    = temporal.NewSearchAttributeKeyKeyword("CourseId")
-	SearchStudentID   = temporal.NewSearchAttributeKeyKeyword("StudentId")
+	SearchCourseID    = temporal.NewSearchAttributeKeyKeywordList("CourseId")
+	SearchStudentID   = temporal.NewSearchAttributeKeyKeywordList("StudentId")
 	SearchClaimStatus = temporal.NewSearchAttributeKeyKeyword("ClaimStatus")
+	// Coupon runs: `CouponTypeId='spring-10' AND ClaimStatus='payout_failed'`.
+	SearchCouponID     = temporal.NewSearchAttributeKeyKeyword("CouponId")
+	SearchCouponTypeID = temporal.NewSearchAttributeKeyKeyword("CouponTypeId")
+	SearchVendorID     = temporal.NewSearchAttributeKeyKeyword("VendorId")
 )
 
 // SearchAttributeTypes is what a Temporal server must have registered for the
 // attributes above; the local stack registers them at start.
 var SearchAttributeTypes = map[string]string{
-	"CourseId":    "Keyword",
-	"StudentId":   "Keyword",
+	"CourseId":    "KeywordList",
+	"StudentId":   "KeywordList",
 	"ClaimStatus": "Keyword",
+	// coupons
+	"CouponId":     "Keyword",
+	"CouponTypeId": "Keyword",
+	"VendorId":     "Keyword",
 }
 
 // EnrollmentStatus is the lifecycle of one enrollment, stored in Postgres and

@@ -18,10 +18,15 @@ func runDev(ctx context.Context, cfg config, log *slog.Logger, args []string) er
 	fs.IntVar(&o.UIPort, "ui-port", 8233, "Temporal Web UI port")
 	fs.IntVar(&o.KafkaPort, "kafka-port", 9092, "Kafka (kfake) port")
 	fs.IntVar(&o.PGPort, "pg-port", 55432, "port of the private PostgreSQL cluster (unused when DATABASE_URL is set)")
+	fs.IntVar(&o.PayoutPort, "payout-port", 8090, "port of the payout simulator (unused when VENDOR_PAYOUT_URL is set)")
+	fs.IntVar(&o.NotifyPort, "notify-port", 8091, "port of the notification webhook simulator (unused when NOTIFY_WEBHOOK_URL is set)")
+	fs.BoolVar(&o.InsecureNoAuth, "insecure-no-auth", false, "serve the API without authentication, every request acting as an admin (never beyond a sandbox)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	o.DatabaseURL = os.Getenv("DATABASE_URL")
+	o.PayoutURL = os.Getenv("VENDOR_PAYOUT_URL")
+	o.NotifyURL = os.Getenv("NOTIFY_WEBHOOK_URL")
 	o.Progress = os.Stderr
 
 	began := time.Now()
@@ -30,7 +35,8 @@ func runDev(ctx context.Context, cfg config, log *slog.Logger, args []string) er
 		return err
 	}
 	fmt.Printf("%s (started in %s)\n", s.readyLine(), time.Since(began).Round(time.Millisecond))
-	fmt.Fprintf(os.Stderr, "try: curl -s -XPOST %s/v1/courses -H 'content-type: application/json' -d '{\"id\":\"cs101\",\"title\":\"Intro\",\"capacity\":20}'\n",
+	printAuthHint(os.Stderr, s)
+	fmt.Fprintf(os.Stderr, "try: curl -s -XPOST %s/v1/courses -H \"authorization: Bearer $TOKEN\" -H 'content-type: application/json' -d '{\"id\":\"cs101\",\"title\":\"Intro\",\"capacity\":20}'\n",
 		"http://"+s.API.Addr)
 	fmt.Fprintln(os.Stderr, "stop with Ctrl-C (SIGINT) or SIGTERM")
 

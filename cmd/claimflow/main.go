@@ -5,6 +5,10 @@
 //	claimflow worker    the Temporal worker (workflows and activities)
 //	claimflow migrate   apply database migrations and exit
 //	claimflow replay    check workflow histories against this build
+//	claimflow consumer  deliver each event's notification exactly once
+//	claimflow audit     compare topics with the notifications delivered
+//	claimflow bench     load-test claimflow and an outbox peer the same way
+//	claimflow token     mint a JWT for the local stack
 package main
 
 import (
@@ -22,11 +26,15 @@ import (
 const usage = `usage: claimflow <command> [flags]
 
 commands:
-  dev       run the whole system locally: Temporal dev server + UI, Kafka (kfake), Postgres, API, worker
+  dev       run the whole system locally: Temporal dev server + UI, Kafka (kfake), Postgres, API, worker, consumer
   api       serve the HTTP API
   worker    run the Temporal worker
   migrate   apply database migrations and exit
   replay    replay workflow histories (files or live runs) against this build
+  consumer  consume enrollment and coupon events and deliver their notifications
+  audit     compare the consumed topics with the notifications table: lost, duplicates, order
+  bench     load-test with the user's k6 scenario: burst, peer (outbox), compare, floor
+  token     print a JWT for the local stack: token --sub s-1 [--role admin] [--ttl 1h]
 
 environment (defaults fit 'claimflow dev'):
   ` + "%s" + `
@@ -70,6 +78,14 @@ func main() {
 		err = runMigrate(ctx, cfg, log, args)
 	case "replay":
 		err = runReplay(ctx, cfg, log, args, os.Stdout)
+	case "consumer":
+		err = runConsumerCommand(ctx, cfg, log, args)
+	case "audit":
+		err = runAudit(ctx, cfg, log, args, os.Stdout)
+	case "token":
+		err = runToken(ctx, cfg, log, args, os.Stdout)
+	case "bench":
+		err = runBench(ctx, cfg, log, args, os.Stdout, os.Stderr)
 	default:
 		fmt.Fprintf(os.Stderr, "claimflow: unknown command %q\n\n", cmd)
 		fmt.Fprintf(os.Stderr, usage, strings.Join(envVars, ", "))

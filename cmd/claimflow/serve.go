@@ -61,15 +61,27 @@ func dialTemporal(ctx context.Context, cfg config, log *slog.Logger, tel *teleme
 
 // apiService is a running HTTP API.
 type apiService struct {
-	server *http.Server
-	done   chan struct{} // closed when Serve returned; err says why
-	err    error
-	Addr   string
+	server  *http.Server
+	handler *api.Handler
+	done    chan struct{} // closed when Serve returned; err says why
+	err     error
+	Addr    string
 }
 
 // startAPI serves the API on cfg.HTTPAddr until Stop.
 func startAPI(cfg config, log *slog.Logger, pool *pgxpool.Pool, tc client.Client, tel *telemetry) (*apiService, error) {
+	security, err := cfg.Security.apiSecurity(log)
+	if err != nil {
+		return nil, err
+	}
+	var batching *api.BatchOptions
+	if cfg.EnrollMode == "batch" {
+		batching = &api.BatchOptions{MaxBatch: cfg.ClaimBatchMax, InFlight: cfg.ClaimBatchInFlight,
+			MaxAttrBytes: cfg.ClaimBatchAttrBytes}
+	}
 	handler := api.New(api.Config{
+		Security:  security,
+		Batching:  batching,
 		Metrics:   tel.Registry,
 		Gatherer:  tel.Registry,
 		Temporal:  tc,
@@ -93,6 +105,7 @@ func startAPI(cfg config, log *slog.Logger, pool *pgxpool.Pool, tc client.Client
 		return nil, fmt.Errorf("listen on %s (HTTP_ADDR): %w", cfg.HTTPAddr, err)
 	}
 	s := &apiService{
+		handler: handler,
 		server: &http.Server{
 			Handler:           handler,
 			ReadHeaderTimeout: 5 * time.Second,
@@ -117,6 +130,7 @@ func startAPI(cfg config, log *slog.Logger, pool *pgxpool.Pool, tc client.Client
 func (s *apiService) Stop(ctx context.Context) error {
 	err := s.server.Shutdown(ctx)
 	<-s.done
+	s.handler.Close()
 	return errors.Join(err, s.err)
 }
 
@@ -135,7 +149,8 @@ func startWorker(cfg config, log *slog.Logger, pool *pgxpool.Pool, tc client.Cli
 		return nil, err
 	}
 	acts := &activities.Activities{DB: pool, Producer: producer, Log: log.With("component", "activities"),
-		Metrics: activities.NewMetrics(tel.Registry)}
+		Metrics: tel.Activities, Payouts: activities.NewPayouts(cfg.PayoutURL, cfg.PayoutTimeout),
+		Sink: notifySink(cfg, pool)}
 	w := worker.New(tc, acts, worker.Options{
 		MaxConcurrentActivities: cfg.MaxActivities,
 		Interceptors:            []interceptor.WorkerInterceptor{worker.NewAttemptMetrics(tel.Registry)},
@@ -158,6 +173,7 @@ func (s *workerService) Stop() error {
 func runAPICommand(ctx context.Context, cfg config, log *slog.Logger, args []string) error {
 	fs := flag.NewFlagSet("api", flag.ContinueOnError)
 	migrate := fs.Bool("migrate", true, "apply database migrations before serving")
+	fs.BoolVar(&cfg.Security.InsecureNoAuth, "insecure-no-auth", false, "serve without authentication, every request acting as an admin (never in production)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

@@ -15,6 +15,8 @@ import (
 
 	"github.com/claimflow/claimflow/activities"
 	"github.com/claimflow/claimflow/deploy/devstack"
+	"github.com/claimflow/claimflow/deploy/notifysim"
+	"github.com/claimflow/claimflow/deploy/payoutsim"
 	"github.com/claimflow/claimflow/workflows"
 )
 
@@ -34,6 +36,18 @@ type stackOptions struct {
 	KafkaReplicas int16
 	// Headless skips the Temporal Web UI (tests).
 	Headless bool
+	// PayoutPort is where the payout simulator listens (0: a free port);
+	// PayoutURL, when set, names a real payout API and no simulator starts.
+	PayoutPort int
+	PayoutURL  string
+	// NotifyPort is where the notification webhook simulator listens (0: a
+	// free port); NotifyURL, when set, names a real webhook instead.
+	NotifyPort int
+	NotifyURL  string
+	// NoWorker leaves the worker to a separate process (fault tests kill it).
+	NoWorker bool
+	// InsecureNoAuth serves the API without tokens (--insecure-no-auth).
+	InsecureNoAuth bool
 	// Progress receives human-readable start-up messages.
 	Progress io.Writer
 }
@@ -43,6 +57,8 @@ type stackOptions struct {
 var topics = []devstack.Topic{
 	{Name: workflows.EnrollmentTopic, Partitions: 12},
 	{Name: workflows.EnrollmentDLTTopic, Partitions: 1},
+	{Name: workflows.CouponTopic, Partitions: 12},
+	{Name: workflows.CouponDLTTopic, Partitions: 1},
 }
 
 func kafkaTopics(replicas int16) []activities.Topic {
@@ -56,6 +72,16 @@ func kafkaTopics(replicas int16) []activities.Topic {
 	return out
 }
 
+// temporalDynamicConfig lets a batch run list every course and student it
+// holds in its CourseId/StudentId search attributes (2 KiB per value by
+// default); the batcher stays below claimBatchAttrBytes.
+var temporalDynamicConfig = map[string]string{
+	"frontend.searchAttributesSizeOfValueLimit": "32768",
+	"frontend.searchAttributesTotalSizeLimit":   "131072",
+}
+
+const claimBatchAttrBytes = 30000
+
 // stack is the whole system on one machine: Temporal dev server, kfake,
 // Postgres, and the API and worker in this process.
 type stack struct {
@@ -63,13 +89,17 @@ type stack struct {
 	Temporal *devstack.TemporalServer
 	Kafka    *devstack.Kafka
 	Postgres *devstack.Postgres // nil when DATABASE_URL was given
+	Payout   *payoutsim.Server  // nil when VENDOR_PAYOUT_URL was given
+	Notify   *notifysim.Server  // nil when NOTIFY_WEBHOOK_URL was given
 	Pool     *pgxpool.Pool
 	Client   client.Client
 	API      *apiService
 	Worker   *workerService
+	Consumer *consumerService
 	// Telemetry is served on the API's /metrics.
 	Telemetry *telemetry
 	log       *slog.Logger
+	opts      stackOptions // as started, with an absolute DataDir
 }
 
 // startStack starts every part and returns once the API answers. On error
@@ -86,7 +116,8 @@ func startStack(ctx context.Context, base config, log *slog.Logger, o stackOptio
 	if progress == nil {
 		progress = io.Discard
 	}
-	s = &stack{Config: base, log: log}
+	o.DataDir = dataDir
+	s = &stack{Config: base, log: log, opts: o}
 	defer func() {
 		if err != nil {
 			stopCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -109,6 +140,7 @@ func startStack(ctx context.Context, base config, log *slog.Logger, o stackOptio
 		UIPort:           o.UIPort,
 		Namespace:        base.Namespace,
 		SearchAttributes: workflows.SearchAttributeTypes,
+		DynamicConfig:    temporalDynamicConfig,
 		Headless:         o.Headless,
 		LogFile:          filepath.Join(dataDir, "logs", "temporal.log"),
 	})
@@ -117,6 +149,7 @@ func startStack(ctx context.Context, base config, log *slog.Logger, o stackOptio
 	}
 	s.Config.TemporalAddress = s.Temporal.Addr
 	s.Config.TemporalUIURL = s.Temporal.UIURL
+	s.Config.ClaimBatchAttrBytes = claimBatchAttrBytes
 
 	if len(o.KafkaBrokers) > 0 {
 		s.Config.KafkaBrokers = o.KafkaBrokers
@@ -151,7 +184,31 @@ func startStack(ctx context.Context, base config, log *slog.Logger, o stackOptio
 		}
 		s.Config.DatabaseURL = s.Postgres.URL
 	}
+	if o.PayoutURL != "" {
+		s.Config.PayoutURL = o.PayoutURL
+	} else {
+		s.Payout, err = payoutsim.Start(fmt.Sprintf("127.0.0.1:%d", o.PayoutPort))
+		if err != nil {
+			return s, err
+		}
+		s.Config.PayoutURL = s.Payout.PayoutsURL()
+		fmt.Fprintf(progress, "payout simulator at %s (switch it: PUT %s/admin/mode)\n", s.Config.PayoutURL, s.Payout.URL)
+	}
+	if o.NotifyURL != "" {
+		s.Config.NotifyWebhookURL = o.NotifyURL
+	} else {
+		s.Notify, err = notifysim.Start(fmt.Sprintf("127.0.0.1:%d", o.NotifyPort))
+		if err != nil {
+			return s, err
+		}
+		s.Config.NotifyWebhookURL = s.Notify.WebhookURL()
+		fmt.Fprintf(progress, "notification webhook simulator at %s (switch it: PUT %s/admin/mode)\n", s.Config.NotifyWebhookURL, s.Notify.URL)
+	}
 	s.Config.HTTPAddr = o.HTTPAddr
+	s.Config.Security.InsecureNoAuth = s.Config.Security.InsecureNoAuth || o.InsecureNoAuth
+	if err := ensureStackSecret(&s.Config.Security, dataDir); err != nil {
+		return s, err
+	}
 
 	if err := s.startServices(ctx); err != nil {
 		return s, err
@@ -159,7 +216,7 @@ func startStack(ctx context.Context, base config, log *slog.Logger, o stackOptio
 	return s, nil
 }
 
-// startServices connects to the infrastructure and starts API and worker.
+// startServices connects to the infrastructure and starts worker, consumer and API.
 func (s *stack) startServices(ctx context.Context) (err error) {
 	s.Pool, err = openDB(ctx, s.Config, 64)
 	if err != nil {
@@ -175,7 +232,13 @@ func (s *stack) startServices(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
-	s.Worker, err = startWorker(s.Config, s.log, s.Pool, s.Client, s.Telemetry)
+	if !s.opts.NoWorker {
+		s.Worker, err = startWorker(s.Config, s.log, s.Pool, s.Client, s.Telemetry)
+		if err != nil {
+			return err
+		}
+	}
+	s.Consumer, err = startConsumer(s.Config, s.log, s.Pool, s.Client, s.Telemetry)
 	if err != nil {
 		return err
 	}
@@ -189,6 +252,12 @@ func (s *stack) stopServices(ctx context.Context) error {
 	if s.API != nil {
 		errs = append(errs, s.API.Stop(ctx))
 		s.API = nil
+	}
+	// Before the worker: the consumer's last batches may still hand events
+	// to DeliverEvent runs.
+	if s.Consumer != nil {
+		errs = append(errs, s.Consumer.Stop())
+		s.Consumer = nil
 	}
 	if s.Worker != nil {
 		errs = append(errs, s.Worker.Stop())
@@ -221,6 +290,14 @@ func (s *stack) Stop(ctx context.Context) error {
 		errs = append(errs, s.Postgres.Stop(ctx))
 		s.Postgres = nil
 	}
+	if s.Payout != nil {
+		errs = append(errs, s.Payout.Close(ctx))
+		s.Payout = nil
+	}
+	if s.Notify != nil {
+		errs = append(errs, s.Notify.Close(ctx))
+		s.Notify = nil
+	}
 	return errors.Join(errs...)
 }
 
@@ -231,7 +308,7 @@ func (s *stack) readyLine() string {
 		ui = "(headless)"
 	}
 	return fmt.Sprintf("claimflow ready: api=http://%s ui=%s temporal=%s kafka=%s database=%s",
-		s.API.Addr, ui, s.Config.TemporalAddress, joinComma(s.Config.KafkaBrokers), s.Config.DatabaseURL)
+		s.API.Addr, ui, s.Config.TemporalAddress, joinComma(s.Config.KafkaBrokers), redactURL(s.Config.DatabaseURL))
 }
 
 func joinComma(xs []string) string {

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/claimflow/claimflow/activities"
 	"github.com/claimflow/claimflow/worker"
 )
 
@@ -20,6 +21,8 @@ import (
 type telemetry struct {
 	Registry *prometheus.Registry
 	Temporal *worker.TemporalMetrics
+	// Activities is shared by the worker and the consumer of one process.
+	Activities *activities.Metrics
 }
 
 func newTelemetry() *telemetry {
@@ -29,6 +32,7 @@ func newTelemetry() *telemetry {
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		t.Temporal,
 	)
+	t.Activities = activities.NewMetrics(t.Registry)
 	return t
 }
 

@@ -44,6 +44,9 @@ type TemporalOptions struct {
 	SearchAttributes map[string]string
 	// Headless skips the web UI.
 	Headless bool
+	// DynamicConfig sets server dynamic config keys, each value in JSON
+	// (e.g. "frontend.searchAttributesSizeOfValueLimit": "16384").
+	DynamicConfig map[string]string
 	// LogFile receives the server's stdout and stderr (appended) so they
 	// stay off our terminal; default DBFile+".log", or a file in the temp
 	// dir when DBFile is empty.
@@ -188,6 +191,9 @@ func (o *TemporalOptions) args(attrs map[string]enumspb.IndexedValueType) []stri
 	}
 	for _, name := range sortedKeys(attrs) {
 		args = append(args, "--search-attribute", name+"="+shortTypeName(attrs[name]))
+	}
+	for _, key := range sortedKeys(o.DynamicConfig) {
+		args = append(args, "--dynamic-config-value", key+"="+o.DynamicConfig[key])
 	}
 	if o.Headless {
 		args = append(args, "--headless")
