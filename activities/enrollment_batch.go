@@ -59,12 +59,16 @@ func (a *Activities) ReserveSeats(ctx context.Context, in workflows.ReserveSeats
 		// or another active one of the same student.
 		own := map[string]string{} // id → status
 		holders := map[claimKey]string{}
+		// Two index lookups joined by UNION: an OR across them would make
+		// Postgres scan every enrollment for every batch.
 		rows, err = tx.Query(ctx, `
 			SELECT e.id, e.course_id, e.student_id, e.status
-			FROM enrollments e
-			WHERE e.id = ANY($1)
-			   OR (e.status IN ('reserved', 'confirmed', 'dead_lettered')
-			       AND (e.course_id, e.student_id) IN (SELECT * FROM unnest($2::text[], $3::text[])))`,
+			FROM enrollments e WHERE e.id = ANY($1)
+			UNION
+			SELECT e.id, e.course_id, e.student_id, e.status
+			FROM unnest($2::text[], $3::text[]) AS r(course_id, student_id)
+			JOIN enrollments e ON e.course_id = r.course_id AND e.student_id = r.student_id
+			WHERE e.status IN ('reserved', 'confirmed', 'dead_lettered')`,
 			ids, claimCourses, students)
 		if err != nil {
 			return fmt.Errorf("look up existing enrollments: %w", err)

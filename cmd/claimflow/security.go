@@ -26,9 +26,12 @@ const (
 
 // Defaults of the load limits.
 const (
-	defaultRatePerSubject    = 50
-	defaultRateBurst         = 100
-	defaultMaxInflightClaims = 1024
+	defaultRatePerSubject = 50
+	defaultRateBurst      = 100
+	// Above what group commit holds at once (CLAIM_BATCH_INFLIGHT ×
+	// CLAIM_BATCH_MAX plus the next batch forming), so the bound sheds a
+	// true overload rather than a healthy burst.
+	defaultMaxInflightClaims = 8192
 )
 
 // secretFile is where `claimflow dev` keeps the HS256 secret it generated.
