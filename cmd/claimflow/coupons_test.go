@@ -14,10 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/IBM/sarama"
 	"go.temporal.io/api/workflowservice/v1"
 
-	"github.com/claimflow/claimflow/activities"
 	"github.com/claimflow/claimflow/deploy/payoutsim"
 	"github.com/claimflow/claimflow/workflows"
 )
@@ -26,59 +24,7 @@ import (
 // checks that each is keyed by its coupon type.
 func couponEvents(t *testing.T, s *stack, topic string) []workflows.Event {
 	t.Helper()
-	cfg := sarama.NewConfig()
-	v, err := sarama.ParseKafkaVersion(activities.DefaultKafkaVersion)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.Version = v
-	client, err := sarama.NewClient(s.Config.KafkaBrokers, cfg)
-	if err != nil {
-		t.Fatalf("kafka client: %v", err)
-	}
-	defer client.Close()
-	consumer, err := sarama.NewConsumerFromClient(client)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer consumer.Close()
-	partitions, err := client.Partitions(topic)
-	if err != nil {
-		t.Fatalf("partitions of %s: %v", topic, err)
-	}
-	var events []workflows.Event
-	for _, p := range partitions {
-		newest, err := client.GetOffset(topic, p, sarama.OffsetNewest)
-		if err != nil {
-			t.Fatal(err)
-		}
-		oldest, err := client.GetOffset(topic, p, sarama.OffsetOldest)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if newest <= oldest {
-			continue
-		}
-		pc, err := consumer.ConsumePartition(topic, p, oldest)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for msg := range pc.Messages() {
-			var e workflows.Event
-			if err := json.Unmarshal(msg.Value, &e); err != nil {
-				t.Fatalf("event at %s/%d/%d is not JSON: %v", topic, p, msg.Offset, err)
-			}
-			if string(msg.Key) != e.Data["coupon_type_id"] {
-				t.Errorf("event %s has key %q, want its coupon type %v", e.ID, msg.Key, e.Data["coupon_type_id"])
-			}
-			events = append(events, e)
-			if msg.Offset >= newest-1 {
-				break
-			}
-		}
-		pc.Close()
-	}
-	return events
+	return readTopic(t, s, topic, "coupon_type_id")
 }
 
 // couponEventsOf counts the events of one type per coupon, checking that

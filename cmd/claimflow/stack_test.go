@@ -201,8 +201,15 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool)
 	}
 }
 
-// topicEvents reads every event on a topic from the beginning.
+// topicEvents reads every event on an enrollment topic from the beginning.
 func topicEvents(t *testing.T, s *stack, topic string) []workflows.Event {
+	t.Helper()
+	return readTopic(t, s, topic, "course_id")
+}
+
+// readTopic reads every event on a topic from the beginning and checks that
+// each message is keyed by the event's keyField (its ordering key).
+func readTopic(t *testing.T, s *stack, topic, keyField string) []workflows.Event {
 	t.Helper()
 	cfg := sarama.NewConfig()
 	v, err := sarama.ParseKafkaVersion(activities.DefaultKafkaVersion)
@@ -246,8 +253,8 @@ func topicEvents(t *testing.T, s *stack, topic string) []workflows.Event {
 			if err := json.Unmarshal(msg.Value, &e); err != nil {
 				t.Fatalf("event at %s/%d/%d is not JSON: %v", topic, p, msg.Offset, err)
 			}
-			if string(msg.Key) != e.Data["course_id"] {
-				t.Errorf("event %s has key %q, want its course %v", e.ID, msg.Key, e.Data["course_id"])
+			if string(msg.Key) != e.Data[keyField] {
+				t.Errorf("event %s has key %q, want its %s %v", e.ID, msg.Key, keyField, e.Data[keyField])
 			}
 			events = append(events, e)
 			if msg.Offset >= newest-1 {
