@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/gin-gonic/gin"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.temporal.io/sdk/client"
@@ -258,4 +259,24 @@ func (s *server) runURL(workflowID, runID string) string {
 	}
 	return fmt.Sprintf("%s/namespaces/%s/workflows/%s/%s/history", strings.TrimRight(s.UIURL, "/"),
 		url.PathEscape(s.Namespace), url.PathEscape(workflowID), url.PathEscape(runID))
+}
+
+// loadByID answers the common part of a GET of one resource: a valid ID,
+// 404 with notFound when there is no such row, 500 on any other error.
+func loadByID[T any](s *server, c *gin.Context, notFound, what string, load func(context.Context, string) (T, error)) (T, bool) {
+	var zero T
+	id := c.Param("id")
+	if !validID(c, "id", id) {
+		return zero, false
+	}
+	got, err := load(c, id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		writeError(c, http.StatusNotFound, notFound, "no "+what+" with this id", "id")
+		return zero, false
+	}
+	if err != nil {
+		s.internalError(c, err)
+		return zero, false
+	}
+	return got, true
 }

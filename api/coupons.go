@@ -118,17 +118,8 @@ func validName(c *gin.Context, name *string) bool {
 }
 
 func (s *server) getVendor(c *gin.Context) {
-	id := c.Param("id")
-	if !validID(c, "id", id) {
-		return
-	}
-	got, err := s.loadVendor(c, id)
-	if errors.Is(err, pgx.ErrNoRows) {
-		writeError(c, http.StatusNotFound, "vendor_not_found", "no vendor with this id", "id")
-		return
-	}
-	if err != nil {
-		s.internalError(c, err)
+	got, ok := loadByID(s, c, "vendor_not_found", "vendor", s.loadVendor)
+	if !ok {
 		return
 	}
 	c.JSON(http.StatusOK, got)
@@ -232,17 +223,8 @@ func (s *server) createCouponType(c *gin.Context) {
 }
 
 func (s *server) getCouponType(c *gin.Context) {
-	id := c.Param("id")
-	if !validID(c, "id", id) {
-		return
-	}
-	got, err := s.loadCouponType(c, id)
-	if errors.Is(err, pgx.ErrNoRows) {
-		writeError(c, http.StatusNotFound, string(workflows.RefusalCouponTypeNotFound), "no coupon type with this id", "id")
-		return
-	}
-	if err != nil {
-		s.internalError(c, err)
+	got, ok := loadByID(s, c, string(workflows.RefusalCouponTypeNotFound), "coupon type", s.loadCouponType)
+	if !ok {
 		return
 	}
 	c.JSON(http.StatusOK, got)
@@ -615,17 +597,8 @@ func (s *server) decideCoupon(c *gin.Context, start client.WithStartWorkflowOper
 }
 
 func (s *server) getCoupon(c *gin.Context) {
-	id := c.Param("id")
-	if !validID(c, "id", id) {
-		return
-	}
-	got, err := s.loadCoupon(c, id)
-	if errors.Is(err, pgx.ErrNoRows) {
-		writeError(c, http.StatusNotFound, string(workflows.RefusalCouponNotFound), "no coupon with this id", "id")
-		return
-	}
-	if err != nil {
-		s.internalError(c, err)
+	got, ok := loadByID(s, c, string(workflows.RefusalCouponNotFound), "coupon", s.loadCoupon)
+	if !ok {
 		return
 	}
 	c.JSON(http.StatusOK, got)

@@ -1,14 +1,13 @@
 package api
 
 import (
-	"errors"
+	"context"
 	"net/http"
 	"strings"
 	"time"
 
 	"github.com/gin-gonic/gin"
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 )
 
 type course struct {
@@ -78,25 +77,16 @@ func (s *server) createCourse(c *gin.Context) {
 }
 
 func (s *server) getCourse(c *gin.Context) {
-	id := c.Param("id")
-	if !validID(c, "id", id) {
-		return
-	}
-	got, err := s.loadCourse(c, id)
-	if errors.Is(err, pgx.ErrNoRows) {
-		writeError(c, http.StatusNotFound, "course_not_found", "no course with this id", "id")
-		return
-	}
-	if err != nil {
-		s.internalError(c, err)
+	got, ok := loadByID(s, c, "course_not_found", "course", s.loadCourse)
+	if !ok {
 		return
 	}
 	c.JSON(http.StatusOK, got)
 }
 
-func (s *server) loadCourse(c *gin.Context, id string) (course, error) {
+func (s *server) loadCourse(ctx context.Context, id string) (course, error) {
 	var got course
-	err := s.DB.QueryRow(c, `SELECT id, title, capacity, credits, enrolled, created_at FROM courses WHERE id = $1`, id).
+	err := s.DB.QueryRow(ctx, `SELECT id, title, capacity, credits, enrolled, created_at FROM courses WHERE id = $1`, id).
 		Scan(&got.ID, &got.Title, &got.Capacity, &got.Credits, &got.Enrolled, &got.CreatedAt)
 	got.Available = got.Capacity - got.Enrolled
 	return got, err

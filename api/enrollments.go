@@ -201,17 +201,8 @@ func (s *server) awaitSettled(c *gin.Context, id string) (enrollment, error) {
 }
 
 func (s *server) getEnrollment(c *gin.Context) {
-	id := c.Param("id")
-	if !validID(c, "id", id) {
-		return
-	}
-	got, err := s.loadEnrollment(c, id)
-	if errors.Is(err, pgx.ErrNoRows) {
-		writeError(c, http.StatusNotFound, "enrollment_not_found", "no enrollment with this id", "id")
-		return
-	}
-	if err != nil {
-		s.internalError(c, err)
+	got, ok := loadByID(s, c, "enrollment_not_found", "enrollment", s.loadEnrollment)
+	if !ok {
 		return
 	}
 	got.WorkflowURL = s.runURL(got.WorkflowID, got.RunID)
