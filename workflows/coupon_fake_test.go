@@ -473,57 +473,11 @@ func (f *couponFake) deadLetterInputs() []deadLetterCall {
 	return slices.Clone(f.deadLetterCalls)
 }
 
-// couponDecisionCall is what one UpdateDecision request of a coupon run got.
-type couponDecisionCall struct {
-	mu        sync.Mutex
-	accepted  bool
-	rejected  error
-	completed bool
-	decision  workflows.CouponDecision
-	err       error
-}
+type couponDecisionCall = updateCall[workflows.CouponDecision]
 
 // sendCouponDecision sends the decision update (with args) after delay.
 func sendCouponDecision(env *testsuite.TestWorkflowEnvironment, updateID string, delay time.Duration, args ...any) *couponDecisionCall {
-	c := &couponDecisionCall{}
-	env.RegisterDelayedCallback(func() {
-		env.UpdateWorkflow(workflows.UpdateDecision, updateID, &testsuite.TestUpdateCallback{
-			OnAccept: func() {
-				c.mu.Lock()
-				defer c.mu.Unlock()
-				c.accepted = true
-			},
-			OnReject: func(err error) {
-				c.mu.Lock()
-				defer c.mu.Unlock()
-				c.rejected = err
-			},
-			OnComplete: func(v any, err error) {
-				c.mu.Lock()
-				defer c.mu.Unlock()
-				c.completed, c.err = true, err
-				if err == nil {
-					d, ok := v.(workflows.CouponDecision)
-					if !ok {
-						c.err = fmt.Errorf("update returned %T, want workflows.CouponDecision", v)
-					}
-					c.decision = d
-				}
-			},
-		}, args...)
-	}, delay)
-	return c
-}
-
-func (c *couponDecisionCall) result(t *testing.T) workflows.CouponDecision {
-	t.Helper()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	require.NoError(t, c.rejected, "decision update rejected")
-	require.True(t, c.accepted, "decision update never accepted")
-	require.True(t, c.completed, "decision update never completed")
-	require.NoError(t, c.err, "decision update failed")
-	return c.decision
+	return sendUpdate[workflows.CouponDecision](env, updateID, delay, args...)
 }
 
 func queryCouponState(t *testing.T, env *testsuite.TestWorkflowEnvironment) workflows.CouponState {

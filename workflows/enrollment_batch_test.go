@@ -273,57 +273,12 @@ func TestBatchFakeCoversBatchActivityNames(t *testing.T) {
 
 // ---- the decision update of a batch ----
 
-type batchDecisionCall struct {
-	mu        sync.Mutex
-	accepted  bool
-	rejected  error
-	completed bool
-	decisions []workflows.Decision
-	err       error
-}
+type batchDecisionCall = updateCall[[]workflows.Decision]
 
 // sendBatchDecision sends the decision update with updateID after delay; a
 // batch answers it with one Decision per claim.
 func sendBatchDecision(env *testsuite.TestWorkflowEnvironment, updateID string, delay time.Duration) *batchDecisionCall {
-	c := &batchDecisionCall{}
-	env.RegisterDelayedCallback(func() {
-		env.UpdateWorkflow(workflows.UpdateDecision, updateID, &testsuite.TestUpdateCallback{
-			OnAccept: func() {
-				c.mu.Lock()
-				defer c.mu.Unlock()
-				c.accepted = true
-			},
-			OnReject: func(err error) {
-				c.mu.Lock()
-				defer c.mu.Unlock()
-				c.rejected = err
-			},
-			OnComplete: func(v any, err error) {
-				c.mu.Lock()
-				defer c.mu.Unlock()
-				c.completed, c.err = true, err
-				if err == nil {
-					d, ok := v.([]workflows.Decision)
-					if !ok {
-						c.err = fmt.Errorf("update returned %T, want []workflows.Decision", v)
-					}
-					c.decisions = d
-				}
-			},
-		})
-	}, delay)
-	return c
-}
-
-func (c *batchDecisionCall) result(t *testing.T) []workflows.Decision {
-	t.Helper()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	require.NoError(t, c.rejected, "decision update rejected")
-	require.True(t, c.accepted, "decision update never accepted")
-	require.True(t, c.completed, "decision update never completed")
-	require.NoError(t, c.err, "decision update failed")
-	return slices.Clone(c.decisions)
+	return sendUpdate[[]workflows.Decision](env, updateID, delay)
 }
 
 // ---- test data ----

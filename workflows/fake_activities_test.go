@@ -439,19 +439,22 @@ func recordClaimStatus(env *testsuite.TestWorkflowEnvironment) *claimStatuses {
 	return c
 }
 
-// decisionCall is what one UpdateDecision request got back.
-type decisionCall struct {
+// updateCall is what one UpdateDecision request got back; T is what the
+// workflow answers with (Decision, CouponDecision, []Decision).
+type updateCall[T any] struct {
 	mu        sync.Mutex
 	accepted  bool
 	rejected  error
 	completed bool
-	decision  workflows.Decision
+	value     T
 	err       error
 }
 
-// sendDecision sends the decision update with updateID after delay.
-func sendDecision(env *testsuite.TestWorkflowEnvironment, updateID string, delay time.Duration) *decisionCall {
-	c := &decisionCall{}
+type decisionCall = updateCall[workflows.Decision]
+
+// sendUpdate sends the decision update with updateID (and args) after delay.
+func sendUpdate[T any](env *testsuite.TestWorkflowEnvironment, updateID string, delay time.Duration, args ...any) *updateCall[T] {
+	c := &updateCall[T]{}
 	env.RegisterDelayedCallback(func() {
 		env.UpdateWorkflow(workflows.UpdateDecision, updateID, &testsuite.TestUpdateCallback{
 			OnAccept: func() {
@@ -469,21 +472,26 @@ func sendDecision(env *testsuite.TestWorkflowEnvironment, updateID string, delay
 				defer c.mu.Unlock()
 				c.completed, c.err = true, err
 				if err == nil {
-					d, ok := v.(workflows.Decision)
+					d, ok := v.(T)
 					if !ok {
-						c.err = fmt.Errorf("update returned %T, want workflows.Decision", v)
+						c.err = fmt.Errorf("update returned %T, want %T", v, d)
 					}
-					c.decision = d
+					c.value = d
 				}
 			},
-		})
+		}, args...)
 	}, delay)
 	return c
 }
 
+// sendDecision sends an enrollment's decision update with updateID after delay.
+func sendDecision(env *testsuite.TestWorkflowEnvironment, updateID string, delay time.Duration) *decisionCall {
+	return sendUpdate[workflows.Decision](env, updateID, delay)
+}
+
 // result asserts the update was accepted and completed without error and
-// returns its decision.
-func (c *decisionCall) result(t *testing.T) workflows.Decision {
+// returns its answer.
+func (c *updateCall[T]) result(t *testing.T) T {
 	t.Helper()
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -491,7 +499,7 @@ func (c *decisionCall) result(t *testing.T) workflows.Decision {
 	require.True(t, c.accepted, "decision update never accepted")
 	require.True(t, c.completed, "decision update never completed")
 	require.NoError(t, c.err, "decision update failed")
-	return c.decision
+	return c.value
 }
 
 func queryStatus(t *testing.T, env *testsuite.TestWorkflowEnvironment) workflows.EnrollmentState {
