@@ -258,28 +258,15 @@ func (b *claimBatcher) flush(batch []*pendingClaim) {
 			workflows.SearchClaimStatus.ValueSet(string(workflows.StatusPending)),
 		),
 	}, workflows.EnrollmentBatch, in)
-	ctx, cancel := context.WithTimeout(context.Background(), b.timeout)
-	defer cancel()
-	handle, err := b.temporal.UpdateWithStartWorkflow(ctx, client.UpdateWithStartWorkflowOptions{
-		StartWorkflowOperation: start,
-		UpdateOptions: client.UpdateWorkflowOptions{
-			WorkflowID:   workflowID,
-			UpdateName:   workflows.UpdateDecision,
-			WaitForStage: client.WorkflowUpdateStageCompleted,
-		},
-	})
+	// The batch belongs to no single request, so no request's context.
+	decisions, runID, err := decideRun[[]workflows.Decision](context.Background(), b.temporal, start, workflowID, b.timeout)
 	if err != nil {
-		answer(claimResult{err: fmt.Errorf("start batch %s of %d claims: %w", in.BatchID, len(batch), err)}, nil)
-		return
-	}
-	var decisions []workflows.Decision
-	if err := handle.Get(ctx, &decisions); err != nil {
-		answer(claimResult{err: fmt.Errorf("decide batch %s: %w", in.BatchID, err)}, nil)
+		answer(claimResult{err: fmt.Errorf("decide batch %s of %d claims: %w", in.BatchID, len(batch), err)}, nil)
 		return
 	}
 	if len(decisions) != len(batch) {
 		answer(claimResult{err: fmt.Errorf("batch %s: %d decisions for %d claims", in.BatchID, len(decisions), len(batch))}, nil)
 		return
 	}
-	answer(claimResult{workflowID: workflowID, runID: handle.RunID()}, decisions)
+	answer(claimResult{workflowID: workflowID, runID: runID}, decisions)
 }

@@ -575,25 +575,7 @@ func couponStatusOf(r workflows.Refusal) int {
 // update; args are the update's arguments.
 func (s *server) decideCoupon(c *gin.Context, start client.WithStartWorkflowOperation, workflowID string,
 	timeout time.Duration, args ...any) (workflows.CouponDecision, string, error) {
-	ctx, cancel := context.WithTimeout(c.Request.Context(), timeout)
-	defer cancel()
-	handle, err := s.Temporal.UpdateWithStartWorkflow(ctx, client.UpdateWithStartWorkflowOptions{
-		StartWorkflowOperation: start,
-		UpdateOptions: client.UpdateWorkflowOptions{
-			WorkflowID:   workflowID,
-			UpdateName:   workflows.UpdateDecision,
-			Args:         args,
-			WaitForStage: client.WorkflowUpdateStageCompleted,
-		},
-	})
-	if err != nil {
-		return workflows.CouponDecision{}, "", err
-	}
-	var d workflows.CouponDecision
-	if err := handle.Get(ctx, &d); err != nil {
-		return workflows.CouponDecision{}, "", err
-	}
-	return d, handle.RunID(), nil
+	return decideRun[workflows.CouponDecision](c.Request.Context(), s.Temporal, start, workflowID, timeout, args...)
 }
 
 func (s *server) getCoupon(c *gin.Context) {

@@ -160,24 +160,7 @@ func (s *server) startEnrollment(workflowID string, in workflows.EnrollmentInput
 
 // decide starts (or joins) a claim's run and waits for its decision update.
 func (s *server) decide(c *gin.Context, start client.WithStartWorkflowOperation, workflowID string) (workflows.Decision, string, error) {
-	ctx, cancel := context.WithTimeout(c.Request.Context(), s.DecisionTimeout)
-	defer cancel()
-	handle, err := s.Temporal.UpdateWithStartWorkflow(ctx, client.UpdateWithStartWorkflowOptions{
-		StartWorkflowOperation: start,
-		UpdateOptions: client.UpdateWorkflowOptions{
-			WorkflowID:   workflowID,
-			UpdateName:   workflows.UpdateDecision,
-			WaitForStage: client.WorkflowUpdateStageCompleted,
-		},
-	})
-	if err != nil {
-		return workflows.Decision{}, "", err
-	}
-	var d workflows.Decision
-	if err := handle.Get(ctx, &d); err != nil {
-		return workflows.Decision{}, "", err
-	}
-	return d, handle.RunID(), nil
+	return decideRun[workflows.Decision](c.Request.Context(), s.Temporal, start, workflowID, s.DecisionTimeout)
 }
 
 // awaitSettled polls the enrollment until it leaves "reserved" or the
