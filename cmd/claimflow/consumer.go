@@ -70,27 +70,12 @@ func runConsumerCommand(ctx context.Context, cfg config, log *slog.Logger, args 
 		return err
 	}
 	cfg.ConsumerTopics = splitList(*topics)
-	pool, err := openDB(ctx, cfg, 32)
+	conn, err := connect(ctx, cfg, log, 32, *migrate, cfg.MetricsAddr)
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
-	if *migrate {
-		if err := activities.Migrate(ctx, pool, log); err != nil {
-			return err
-		}
-	}
-	tel := newTelemetry()
-	stopMetrics, err := serveMetrics(cfg.MetricsAddr, tel, log)
-	if err != nil {
-		return err
-	}
-	defer stopMetrics()
-	tc, err := dialTemporal(ctx, cfg, log, tel)
-	if err != nil {
-		return err
-	}
-	defer tc.Close()
+	defer conn.Close()
+	pool, tc, tel := conn.Pool, conn.Temporal, conn.Telemetry
 	svc, err := startConsumer(cfg, log, pool, tc, tel)
 	if err != nil {
 		return err

@@ -177,22 +177,12 @@ func runAPICommand(ctx context.Context, cfg config, log *slog.Logger, args []str
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	pool, err := openDB(ctx, cfg, 32)
+	conn, err := connect(ctx, cfg, log, 32, *migrate, "")
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
-	if *migrate {
-		if err := activities.Migrate(ctx, pool, log); err != nil {
-			return err
-		}
-	}
-	tel := newTelemetry()
-	tc, err := dialTemporal(ctx, cfg, log, tel)
-	if err != nil {
-		return err
-	}
-	defer tc.Close()
+	defer conn.Close()
+	pool, tc, tel := conn.Pool, conn.Temporal, conn.Telemetry
 	svc, err := startAPI(cfg, log, pool, tc, tel)
 	if err != nil {
 		return err
@@ -213,22 +203,12 @@ func runWorkerCommand(ctx context.Context, cfg config, log *slog.Logger, args []
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	pool, err := openDB(ctx, cfg, int32(min(cfg.MaxActivities, 64)))
+	conn, err := connect(ctx, cfg, log, int32(min(cfg.MaxActivities, 64)), false, cfg.MetricsAddr)
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
-	tel := newTelemetry()
-	stopMetrics, err := serveMetrics(cfg.MetricsAddr, tel, log)
-	if err != nil {
-		return err
-	}
-	defer stopMetrics()
-	tc, err := dialTemporal(ctx, cfg, log, tel)
-	if err != nil {
-		return err
-	}
-	defer tc.Close()
+	defer conn.Close()
+	pool, tc, tel := conn.Pool, conn.Temporal, conn.Telemetry
 	svc, err := startWorker(cfg, log, pool, tc, tel)
 	if err != nil {
 		return err
@@ -256,4 +236,50 @@ func metricsHandler(tel *telemetry) client.MetricsHandler {
 		return nil
 	}
 	return tel.Temporal.Handler()
+}
+
+// connection is what a service process holds: Postgres, Temporal and its
+// metrics (served on metricsAddr when the process has no API to serve them).
+type connection struct {
+	Pool      *pgxpool.Pool
+	Temporal  client.Client
+	Telemetry *telemetry
+	closers   []func()
+}
+
+// connect opens what every service command needs, migrating first if asked.
+func connect(ctx context.Context, cfg config, log *slog.Logger, maxConns int32, migrate bool, metricsAddr string) (c *connection, err error) {
+	c = &connection{Telemetry: newTelemetry()}
+	defer func() {
+		if err != nil {
+			c.Close()
+		}
+	}()
+	if c.Pool, err = openDB(ctx, cfg, maxConns); err != nil {
+		return c, err
+	}
+	c.closers = append(c.closers, c.Pool.Close)
+	if migrate {
+		if err := activities.Migrate(ctx, c.Pool, log); err != nil {
+			return c, err
+		}
+	}
+	stopMetrics, err := serveMetrics(metricsAddr, c.Telemetry, log)
+	if err != nil {
+		return c, err
+	}
+	c.closers = append(c.closers, stopMetrics)
+	if c.Temporal, err = dialTemporal(ctx, cfg, log, c.Telemetry); err != nil {
+		return c, err
+	}
+	c.closers = append(c.closers, c.Temporal.Close)
+	return c, nil
+}
+
+// Close releases in reverse order of opening.
+func (c *connection) Close() {
+	for i := len(c.closers) - 1; i >= 0; i-- {
+		c.closers[i]()
+	}
+	c.closers = nil
 }
