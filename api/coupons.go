@@ -369,9 +369,9 @@ func (s *server) admitIssue(c *gin.Context, typeID, userID string) (release func
 	}
 }
 
-// issueGate counts, per coupon type, the issue runs this process is waiting
-// on. The zero value is ready to use.
-type issueGate struct {
+// runGate counts, per key (a coupon type, a coupon), the runs this process
+// is waiting on. The zero value is ready to use.
+type runGate struct {
 	mu    sync.Mutex
 	types map[string]*typeRuns
 }
@@ -384,7 +384,7 @@ type typeRuns struct {
 
 // tryEnter admits a run if fewer than limit are in flight; otherwise it
 // returns a channel closed when one ends.
-func (g *issueGate) tryEnter(typeID string, limit int) (release func(), wait <-chan struct{}) {
+func (g *runGate) tryEnter(typeID string, limit int) (release func(), wait <-chan struct{}) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	t := g.typeLocked(typeID)
@@ -396,14 +396,29 @@ func (g *issueGate) tryEnter(typeID string, limit int) (release func(), wait <-c
 }
 
 // enter admits a run whatever the count.
-func (g *issueGate) enter(typeID string) (release func()) {
+func (g *runGate) enter(typeID string) (release func()) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.typeLocked(typeID).inflight++
 	return func() { g.leave(typeID) }
 }
 
-func (g *issueGate) typeLocked(typeID string) *typeRuns {
+// enterAlone waits until no run of key is in flight here, then admits one.
+func (g *runGate) enterAlone(ctx context.Context, key string) (release func(), err error) {
+	for {
+		release, wait := g.tryEnter(key, 1)
+		if release != nil {
+			return release, nil
+		}
+		select {
+		case <-wait:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+func (g *runGate) typeLocked(typeID string) *typeRuns {
 	if g.types == nil {
 		g.types = map[string]*typeRuns{}
 	}
@@ -415,7 +430,7 @@ func (g *issueGate) typeLocked(typeID string) *typeRuns {
 	return t
 }
 
-func (g *issueGate) leave(typeID string) {
+func (g *runGate) leave(typeID string) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	t := g.types[typeID]
@@ -492,6 +507,19 @@ func (s *server) useCoupon(c *gin.Context) {
 	if req.OrderID != "" && !validID(c, "order_id", req.OrderID) {
 		return
 	}
+	// Uses of one coupon take turns in this process. A double-click gains
+	// nothing from running in parallel, and concurrent updates to one run
+	// trip a Temporal server bug (temporalio/temporal#7741: a speculative
+	// workflow task fails with "premature end of stream") that has left
+	// updates unanswered until their deadline, or retried one into the next
+	// run where it was told already_used although it had used the coupon.
+	// The requests that queue behind a use are answered from the database.
+	release, err := s.useGate.enterAlone(c.Request.Context(), couponID)
+	if err != nil {
+		s.unavailable(c, fmt.Errorf("use coupon %s: gave up waiting for an earlier use to finish: %w", couponID, err))
+		return
+	}
+	defer release()
 	current, err := s.loadCoupon(c, couponID)
 	if errors.Is(err, pgx.ErrNoRows) {
 		writeError(c, http.StatusNotFound, string(workflows.RefusalCouponNotFound), "no coupon with this id", "coupon_id")
@@ -499,6 +527,11 @@ func (s *server) useCoupon(c *gin.Context) {
 	}
 	if err != nil {
 		s.internalError(c, err)
+		return
+	}
+	if d, settled := settledUse(current, req.UserID); settled {
+		s.metrics.decided("UseCoupon", string(d.Status), string(d.Refusal))
+		answerUseRefusal(c, couponID, d)
 		return
 	}
 	useID, err := uuid.NewV7()
@@ -534,14 +567,17 @@ func (s *server) useCoupon(c *gin.Context) {
 		s.internalError(c, fmt.Errorf("use coupon %s for %s: %s", couponID, req.UserID, d.Message))
 		return
 	case workflows.CouponRefused:
-		body := refusalBody(d)
-		body["coupon_id"] = couponID
-		if d.Refusal == workflows.RefusalPayoutDeclined || d.Refusal == workflows.RefusalPayoutFailed {
-			// Compensated: the coupon is the user's and unused again.
-			body["use_id"] = d.UseID
-			body["coupon_status"] = string(workflows.CouponIssued)
+		if d.Refusal == workflows.RefusalAlreadyUsed {
+			// The database has the last word on who used the coupon: a
+			// request the client library retried into a later run is told
+			// already_used by that run although its own use succeeded.
+			if k, err := s.loadCoupon(c, couponID); err == nil && k.Status == string(workflows.CouponUsed) &&
+				k.UseID != nil && *k.UseID == ureq.UseID {
+				c.JSON(http.StatusOK, useAnswerFromDB(k, s.runURL))
+				return
+			}
 		}
-		c.AbortWithStatusJSON(couponStatusOf(d.Refusal), body)
+		answerUseRefusal(c, couponID, d)
 		return
 	}
 	answer := useAnswer{
@@ -558,6 +594,53 @@ func (s *server) useCoupon(c *gin.Context) {
 		}
 	}
 	c.JSON(http.StatusOK, answer)
+}
+
+// settledUse answers, from the coupon's row, a use that no run needs to
+// decide: the coupon is used or revoked.
+func settledUse(k coupon, userID string) (workflows.CouponDecision, bool) {
+	d := workflows.CouponDecision{CouponID: k.ID, Status: workflows.CouponRefused}
+	switch {
+	case k.Status != string(workflows.CouponUsed) && k.Status != string(workflows.CouponRevoked):
+		return d, false
+	case k.UserID != userID:
+		d.Refusal, d.Message = workflows.RefusalNotOwner, fmt.Sprintf("coupon %s belongs to another user", k.ID)
+	case k.Status == string(workflows.CouponRevoked):
+		d.Refusal, d.Message = workflows.RefusalCouponRevoked, fmt.Sprintf("coupon %s was revoked", k.ID)
+	default:
+		d.Refusal, d.Message = workflows.RefusalAlreadyUsed, fmt.Sprintf("coupon %s is already used", k.ID)
+	}
+	if k.UseID != nil {
+		d.UseID = *k.UseID
+	}
+	return d, true
+}
+
+func answerUseRefusal(c *gin.Context, couponID string, d workflows.CouponDecision) {
+	body := refusalBody(d)
+	body["coupon_id"] = couponID
+	if d.Refusal == workflows.RefusalPayoutDeclined || d.Refusal == workflows.RefusalPayoutFailed {
+		// Compensated: the coupon is the user's and unused again.
+		body["use_id"] = d.UseID
+		body["coupon_status"] = string(workflows.CouponIssued)
+	}
+	c.AbortWithStatusJSON(couponStatusOf(d.Refusal), body)
+}
+
+// useAnswerFromDB is the answer to a use the database shows succeeded.
+func useAnswerFromDB(k coupon, runURL func(workflowID, runID string) string) useAnswer {
+	a := useAnswer{Status: k.Status, CouponID: k.ID, UserID: k.UserID, Payout: k.Payout}
+	if k.UseID != nil {
+		a.UseID = *k.UseID
+	}
+	if k.OrderID != nil {
+		a.OrderID = *k.OrderID
+	}
+	if k.UseWorkflowID != nil && k.UseRunID != nil {
+		a.WorkflowID, a.RunID = *k.UseWorkflowID, *k.UseRunID
+		a.WorkflowURL = runURL(a.WorkflowID, a.RunID)
+	}
+	return a
 }
 
 func refusalBody(d workflows.CouponDecision) gin.H {
