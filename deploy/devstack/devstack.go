@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"os"
 	"path/filepath"
@@ -24,17 +25,42 @@ import (
 // machines, not for normal operation.
 const startTimeout = 60 * time.Second
 
-// FreePort asks the kernel for a currently unused TCP port on 127.0.0.1.
-// The port is released before returning, so another process can grab it in
-// between; that race is acceptable for tests and avoids hard-coded ports
-// colliding when packages run in parallel.
+// FreePort returns a TCP port on 127.0.0.1 that is free right now. It is
+// released before returning, so it is chosen below the kernel's ephemeral
+// range: there only another listener can take it, whereas a port from the
+// ephemeral range (what "127.0.0.1:0" hands out) can be taken by any outgoing
+// connection before the server binds it; with several stacks starting in
+// parallel that made Postgres fail with "Address already in use".
 func FreePort() (int, error) {
+	lo, hi := belowEphemeralRange()
+	for range 100 {
+		port := lo + rand.IntN(hi-lo)
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			continue
+		}
+		l.Close()
+		return port, nil
+	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, fmt.Errorf("find a free port on 127.0.0.1: %w", err)
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// belowEphemeralRange is where FreePort picks: from 10000 up to the start of
+// the kernel's ephemeral port range (Linux default 32768).
+func belowEphemeralRange() (lo, hi int) {
+	lo, hi = 10000, 32768
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		var start, end int
+		if _, err := fmt.Sscan(string(b), &start, &end); err == nil && start > lo+1000 {
+			hi = start
+		}
+	}
+	return lo, hi
 }
 
 // logTail returns at most the last n lines of a log file, for error messages:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	osexec "os/exec"
 	"path/filepath"
@@ -507,4 +508,22 @@ func temporalBinary(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return bin
+}
+
+func TestFreePortIsOutsideTheEphemeralRange(t *testing.T) {
+	lo, hi := belowEphemeralRange()
+	for range 20 {
+		p, err := FreePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p < lo || p >= hi {
+			t.Fatalf("port %d outside [%d, %d): outgoing connections could take it", p, lo, hi)
+		}
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
+		if err != nil {
+			t.Fatalf("port %d is not free: %v", p, err)
+		}
+		l.Close()
+	}
 }
