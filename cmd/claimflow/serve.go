@@ -32,6 +32,16 @@ func openDB(ctx context.Context, cfg config, maxConns int32) (*pgxpool.Pool, err
 		return nil, fmt.Errorf("DATABASE_URL: %w", err)
 	}
 	pc.MaxConns = maxConns
+	// The batch statements look rows up by "= ANY($1)" with hundreds of IDs.
+	// A generic plan cached while a table was small (or before autovacuum
+	// ever analyzed it) scans the whole table on every call, and stays
+	// cached: measured at 2,000 req/s, it read 28M notification rows and
+	// 5.8M enrollment rows in 45 s. A custom plan per call sees the array
+	// and the table as they are; planning costs ~0.3 ms per batch. A
+	// DATABASE_URL that sets plan_cache_mode itself wins.
+	if _, set := pc.ConnConfig.RuntimeParams["plan_cache_mode"]; !set {
+		pc.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_custom_plan"
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		return nil, fmt.Errorf("connect to Postgres: %w", err)
