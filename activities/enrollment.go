@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/IBM/sarama"
@@ -38,6 +39,10 @@ type Activities struct {
 	// Sink delivers consumed events' notifications (DeliverNotification);
 	// nil means the notifications table alone.
 	Sink *Sink
+
+	// lastSendFailure is when a batch send last failed (Unix nanoseconds),
+	// for PublishBatchInput.FailFast.
+	lastSendFailure atomic.Int64
 }
 
 const (

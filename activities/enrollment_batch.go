@@ -158,12 +158,31 @@ func (a *Activities) ReserveSeats(ctx context.Context, in workflows.ReserveSeats
 	return res, err
 }
 
+// failFastWindow is how long after a failed send a FailFast publish is
+// refused without trying: long enough that an outage costs each batch no
+// wait, short enough that the fast path is back within seconds of recovery.
+const failFastWindow = 2 * time.Second
+
+// sendFailedWithin says whether a batch send failed within window, and how
+// long ago.
+func (a *Activities) sendFailedWithin(window time.Duration) (ago time.Duration, failed bool) {
+	at := a.lastSendFailure.Load()
+	if at == 0 {
+		return 0, false
+	}
+	ago = time.Since(time.Unix(0, at))
+	return ago, ago < window
+}
+
 // PublishBatch sends the batch's events in one call and stamps published_at
 // on each acknowledged enrollment. Events of enrollments already stamped are
 // not sent again, so a retry sends only what is missing.
 func (a *Activities) PublishBatch(ctx context.Context, in workflows.PublishBatchInput) error {
 	if len(in.Messages) != len(in.EnrollmentIDs) {
 		return fmt.Errorf("publish batch: %d messages for %d enrollments", len(in.Messages), len(in.EnrollmentIDs))
+	}
+	if ago, failed := a.sendFailedWithin(failFastWindow); in.FailFast && failed {
+		return fmt.Errorf("publish batch: not sent, the broker failed a send %s ago", ago.Round(time.Millisecond))
 	}
 	done := map[string]bool{}
 	rows, err := a.DB.Query(ctx, `SELECT id FROM enrollments WHERE id = ANY($1) AND published_at IS NOT NULL`, in.EnrollmentIDs)
@@ -203,6 +222,9 @@ func (a *Activities) PublishBatch(ctx context.Context, in workflows.PublishBatch
 	}
 	began := time.Now()
 	sendErr := a.Producer.SendMessages(msgs)
+	if sendErr != nil {
+		a.lastSendFailure.Store(time.Now().UnixNano())
+	}
 	failed := map[string]bool{}
 	var perrs sarama.ProducerErrors
 	switch {

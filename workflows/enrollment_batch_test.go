@@ -28,14 +28,19 @@ type batchFake struct {
 	*fakeActivities
 
 	// failBatch makes PublishBatch fail: n > 0 fails the next n attempts,
-	// n < 0 fails every attempt.
+	// n < 0 fails every attempt. A fail-fast attempt fails while failBatch
+	// is not 0 without using one up, as the real one does after a failed
+	// send: it does not try.
 	failBatch int
+	// failConfirm makes the next n ConfirmBatch calls fail.
+	failConfirm int
 	// lostReserves makes ReserveSeats commit and then report a fault, as
 	// when the connection drops after COMMIT: n > 0 the next n, n < 0 all.
 	lostReserves int
 
 	reserveSeatsInputs []workflows.ReserveSeatsInput
-	batchAttempts      []batchAttempt
+	fastAttempts       []batchAttempt // PublishBatch with FailFast
+	batchAttempts      []batchAttempt // the durable path's attempts
 	confirmBatches     [][]string // ConfirmBatch calls
 	releaseSeatSets    [][]string // ReleaseSeats calls
 }
@@ -158,6 +163,15 @@ func (b *batchFake) PublishBatch(ctx context.Context, in workflows.PublishBatchI
 		return temporal.NewNonRetryableApplicationError(fmt.Sprintf("%d messages for %d enrollments",
 			len(in.Messages), len(in.EnrollmentIDs)), "bad_input", nil)
 	}
+	if in.FailFast {
+		attempt.Failed = b.failBatch != 0
+		b.fastAttempts = append(b.fastAttempts, attempt)
+		if attempt.Failed {
+			return errors.New("publish batch: not sent, the broker failed a send 5ms ago")
+		}
+		b.publish(in)
+		return nil
+	}
 	if b.failBatch != 0 {
 		if b.failBatch > 0 {
 			b.failBatch--
@@ -168,6 +182,11 @@ func (b *batchFake) PublishBatch(ctx context.Context, in workflows.PublishBatchI
 			len(in.Messages), len(in.Messages), errBrokerDown)
 	}
 	b.batchAttempts = append(b.batchAttempts, attempt)
+	b.publish(in)
+	return nil
+}
+
+func (b *batchFake) publish(in workflows.PublishBatchInput) {
 	for i, m := range in.Messages {
 		e := b.enrollments[in.EnrollmentIDs[i]]
 		if e != nil && e.Published {
@@ -178,7 +197,6 @@ func (b *batchFake) PublishBatch(ctx context.Context, in workflows.PublishBatchI
 			e.Published = true
 		}
 	}
-	return nil
 }
 
 func (b *batchFake) ConfirmBatch(_ context.Context, ids []string) error {
@@ -186,6 +204,10 @@ func (b *batchFake) ConfirmBatch(_ context.Context, ids []string) error {
 	defer b.mu.Unlock()
 	b.called(workflows.ActivityConfirmBatch)
 	b.confirmBatches = append(b.confirmBatches, slices.Clone(ids))
+	if b.failConfirm > 0 {
+		b.failConfirm--
+		return errors.New("confirm: connection reset by peer")
+	}
 	for _, id := range ids {
 		if e, ok := b.enrollments[id]; ok &&
 			(e.Status == workflows.StatusReserved || e.Status == workflows.StatusDeadLettered) {
@@ -221,6 +243,12 @@ func (b *batchFake) publishBatchAttempts() []batchAttempt {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return slices.Clone(b.batchAttempts)
+}
+
+func (b *batchFake) fastPublishAttempts() []batchAttempt {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return slices.Clone(b.fastAttempts)
 }
 
 func (b *batchFake) confirmBatchCalls() [][]string {
@@ -306,6 +334,22 @@ func pairClaims() []workflows.EnrollmentInput {
 
 func reserved(id string) workflows.Decision {
 	return workflows.Decision{EnrollmentID: id, Status: workflows.StatusReserved}
+}
+
+func confirmedDecision(id string) workflows.Decision {
+	return workflows.Decision{EnrollmentID: id, Status: workflows.StatusConfirmed}
+}
+
+// assertFastPathFailed: the batch tried the fast path once, fail-fast, with
+// the granted events, and it did not send.
+func assertFastPathFailed(t *testing.T, f *batchFake, granted []workflows.EnrollmentInput) {
+	t.Helper()
+	fast := f.fastPublishAttempts()
+	require.Len(t, fast, 1, "one fast-path attempt")
+	assert.True(t, fast[0].Failed)
+	assert.True(t, fast[0].In.FailFast)
+	assert.Equal(t, idsOf(granted), fast[0].In.EnrollmentIDs)
+	assert.True(t, fast[0].At.Equal(testStart), "tried at once")
 }
 
 func idsOf(claims []workflows.EnrollmentInput) []string {
@@ -426,21 +470,21 @@ func TestEnrollmentBatch(t *testing.T) {
 		check         func(t *testing.T, r *batchRun)
 	}{
 		{
-			name: "mixed batch: decisions in claim order, granted seats published and confirmed together",
+			name: "mixed batch: decisions in claim order, granted seats published and confirmed before the answer",
 			fake: func() *batchFake {
 				return newBatchFake().withCourse(courseID, 3, 1).withCourse(course2, 10, 0).
 					withEnrollment("enr-old", course2, "stu-9", workflows.StatusConfirmed)
 			},
 			claims: mixed,
 			wantDecisions: []workflows.Decision{
-				reserved("enr-a"),
-				reserved("enr-b"),
-				reserved("enr-c"),
+				confirmedDecision("enr-a"),
+				confirmedDecision("enr-b"),
+				confirmedDecision("enr-c"),
 				refusal("enr-d", workflows.RefusalCourseFull),
 				refusal("enr-b", workflows.RefusalAlreadyEnrolled),   // the holder is the batch's own earlier claim
 				refusal("enr-old", workflows.RefusalAlreadyEnrolled), // the holder is in the database
 				refusal("enr-g", workflows.RefusalCourseNotFound),
-				reserved("enr-h"),
+				confirmedDecision("enr-h"),
 				refusal("enr-c", workflows.RefusalAlreadyEnrolled), // already enrolled beats course full
 			},
 			wantState: workflows.BatchState{BatchID: batchID, Claims: 9, Reserved: 4, Refused: 5,
@@ -457,8 +501,9 @@ func TestEnrollmentBatch(t *testing.T) {
 				assert.Equal(t, 3, f.seatsTaken(course2), "enr-old + 2 granted")
 				assert.Zero(t, f.seatsTaken(noCourse))
 
-				attempts := f.publishBatchAttempts()
-				require.Len(t, attempts, 1, "one PublishBatch")
+				attempts := f.fastPublishAttempts()
+				require.Len(t, attempts, 1, "one PublishBatch, on the fast path")
+				assert.Empty(t, f.publishBatchAttempts(), "nothing left for the durable path")
 				assert.Equal(t, int32(1), attempts[0].Attempt)
 				assert.Equal(t, idsOf(mixedGranted), attempts[0].In.EnrollmentIDs)
 				wantBatchEvents(t, attempts[0].In.Messages, mixedGranted, testStart)
@@ -523,6 +568,7 @@ func TestEnrollmentBatch(t *testing.T) {
 				Status: workflows.StatusConfirmed},
 			check: func(t *testing.T, r *batchRun) {
 				f := r.fake
+				assertFastPathFailed(t, f, pairGranted)
 				attempts := f.publishBatchAttempts()
 				require.Len(t, attempts, 3, "two failures and one success")
 				var at []time.Duration
@@ -541,6 +587,33 @@ func TestEnrollmentBatch(t *testing.T) {
 				}
 				assert.Equal(t, 2, f.seatsTaken(courseID))
 				assert.Empty(t, f.releaseSeatsCalls())
+				assertNoHandOff(t, r)
+			},
+		},
+		{
+			name: "published on the fast path but its confirmation failed: answered reserved, confirmed on retry, published once",
+			fake: func() *batchFake {
+				f := newBatchFake().withCourse(courseID, 30, 0)
+				f.failConfirm = 1
+				return f
+			},
+			claims:        pair,
+			wantDecisions: pairDecisions,
+			wantState: workflows.BatchState{BatchID: batchID, Claims: 3, Reserved: 2, Refused: 1,
+				Status: workflows.StatusConfirmed},
+			check: func(t *testing.T, r *batchRun) {
+				f := r.fake
+				fast := f.fastPublishAttempts()
+				require.Len(t, fast, 1)
+				assert.False(t, fast[0].Failed)
+				assert.Empty(t, f.publishBatchAttempts(), "the events are out: no second publish")
+				wantBatchEvents(t, f.publishedMessages(), pairGranted, testStart)
+				assert.Equal(t, [][]string{idsOf(pairGranted), idsOf(pairGranted)}, f.confirmBatchCalls(),
+					"the failed fast confirmation, then the durable one")
+				for _, c := range pairGranted {
+					assert.Equal(t, workflows.StatusConfirmed, f.enrollment(c.EnrollmentID).Status)
+				}
+				assert.Empty(t, f.releaseSeatsCalls(), "published seats are never given back")
 				assertNoHandOff(t, r)
 			},
 		},
@@ -586,6 +659,7 @@ func TestEnrollmentBatch(t *testing.T) {
 				Status: workflows.StatusDeadLettered, HandedOff: []string{"enr-1", "enr-2"}},
 			check: func(t *testing.T, r *batchRun) {
 				f := r.fake
+				assertFastPathFailed(t, f, pairGranted)
 				attempts := f.publishBatchAttempts()
 				require.Len(t, attempts, 4, "the publish policy's 4 attempts")
 				var at []time.Duration
@@ -675,6 +749,7 @@ func TestEnrollmentBatch(t *testing.T) {
 				Status: workflows.StatusFailed},
 			check: func(t *testing.T, r *batchRun) {
 				f := r.fake
+				assertFastPathFailed(t, f, pairGranted)
 				assert.Len(t, f.publishBatchAttempts(), 2, "attempts at 0s and 1s, none after the cancel")
 				assert.Equal(t, [][]string{idsOf(pairGranted)}, f.releaseSeatsCalls(),
 					"ReleaseSeats once, with exactly the reserved IDs")
