@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
+	"strings"
 	"time"
 )
 
@@ -21,7 +23,11 @@ func runDev(ctx context.Context, cfg config, log *slog.Logger, args []string) er
 	fs.IntVar(&o.PayoutPort, "payout-port", 8090, "port of the payout simulator (unused when VENDOR_PAYOUT_URL is set)")
 	fs.IntVar(&o.NotifyPort, "notify-port", 8091, "port of the notification webhook simulator (unused when NOTIFY_WEBHOOK_URL is set)")
 	fs.BoolVar(&o.InsecureNoAuth, "insecure-no-auth", false, "serve the API without authentication, every request acting as an admin (never beyond a sandbox)")
+	services := fs.String("services", "api,worker,consumer", "services run inside this process; the others (or all, with \"none\") run as 'claimflow api|worker|consumer' processes against the printed addresses")
 	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if err := o.chooseServices(*services); err != nil {
 		return err
 	}
 	o.DatabaseURL = os.Getenv("DATABASE_URL")
@@ -36,13 +42,20 @@ func runDev(ctx context.Context, cfg config, log *slog.Logger, args []string) er
 	}
 	fmt.Printf("%s (started in %s)\n", s.readyLine(), time.Since(began).Round(time.Millisecond))
 	printAuthHint(os.Stderr, s)
-	fmt.Fprintf(os.Stderr, "try: curl -s -XPOST %s/v1/courses -H \"authorization: Bearer $TOKEN\" -H 'content-type: application/json' -d '{\"id\":\"cs101\",\"title\":\"Intro\",\"capacity\":20}'\n",
-		"http://"+s.API.Addr)
+	var apiDone <-chan struct{} // nil without an API: never ready
+	if s.API != nil {
+		apiDone = s.API.done
+		fmt.Fprintf(os.Stderr, "try: curl -s -XPOST %s/v1/courses -H \"authorization: Bearer $TOKEN\" -H 'content-type: application/json' -d '{\"id\":\"cs101\",\"title\":\"Intro\",\"capacity\":20}'\n",
+			"http://"+s.API.Addr)
+	} else {
+		fmt.Fprintf(os.Stderr, "services outside this process need: DATABASE_URL='%s' KAFKA_BROKERS=%s TEMPORAL_ADDRESS=%s JWT_SECRET=$(cat %s)\n",
+			redactURL(s.Config.DatabaseURL), joinComma(s.Config.KafkaBrokers), s.Config.TemporalAddress, filepath.Join(s.opts.DataDir, secretFile))
+	}
 	fmt.Fprintln(os.Stderr, "stop with Ctrl-C (SIGINT) or SIGTERM")
 
 	select {
 	case <-ctx.Done():
-	case <-s.API.done:
+	case <-apiDone:
 		log.Error("API stopped unexpectedly", "error", s.API.err)
 	case <-s.Temporal.Done():
 		log.Error("Temporal dev server exited unexpectedly; see its log", "log", s.Temporal.LogFile)
@@ -54,5 +67,26 @@ func runDev(ctx context.Context, cfg config, log *slog.Logger, args []string) er
 		return fmt.Errorf("shut down: %w", err)
 	}
 	fmt.Fprintln(os.Stderr, "stopped cleanly")
+	return nil
+}
+
+// chooseServices sets which services run in the dev process.
+func (o *stackOptions) chooseServices(list string) error {
+	o.NoAPI, o.NoWorker, o.NoConsumer = true, true, true
+	if list == "none" {
+		return nil
+	}
+	for name := range strings.SplitSeq(list, ",") {
+		switch strings.TrimSpace(name) {
+		case "api":
+			o.NoAPI = false
+		case "worker":
+			o.NoWorker = false
+		case "consumer":
+			o.NoConsumer = false
+		default:
+			return fmt.Errorf("--services: unknown service %q (want a list of api, worker, consumer, or none)", name)
+		}
+	}
 	return nil
 }

@@ -44,8 +44,11 @@ type stackOptions struct {
 	// free port); NotifyURL, when set, names a real webhook instead.
 	NotifyPort int
 	NotifyURL  string
-	// NoWorker leaves the worker to a separate process (fault tests kill it).
-	NoWorker bool
+	// NoWorker leaves the worker to a separate process (fault tests kill it);
+	// NoAPI and NoConsumer do the same for the API and the consumer.
+	NoWorker   bool
+	NoAPI      bool
+	NoConsumer bool
 	// InsecureNoAuth serves the API without tokens (--insecure-no-auth).
 	InsecureNoAuth bool
 	// Progress receives human-readable start-up messages.
@@ -238,11 +241,15 @@ func (s *stack) startServices(ctx context.Context) (err error) {
 			return err
 		}
 	}
-	s.Consumer, err = startConsumer(s.Config, s.log, s.Pool, s.Client, s.Telemetry)
-	if err != nil {
-		return err
+	if !s.opts.NoConsumer {
+		s.Consumer, err = startConsumer(s.Config, s.log, s.Pool, s.Client, s.Telemetry)
+		if err != nil {
+			return err
+		}
 	}
-	s.API, err = startAPI(s.Config, s.log, s.Pool, s.Client, s.Telemetry)
+	if !s.opts.NoAPI {
+		s.API, err = startAPI(s.Config, s.log, s.Pool, s.Client, s.Telemetry)
+	}
 	return err
 }
 
@@ -307,8 +314,12 @@ func (s *stack) readyLine() string {
 	if ui == "" {
 		ui = "(headless)"
 	}
-	return fmt.Sprintf("claimflow ready: api=http://%s ui=%s temporal=%s kafka=%s database=%s",
-		s.API.Addr, ui, s.Config.TemporalAddress, joinComma(s.Config.KafkaBrokers), redactURL(s.Config.DatabaseURL))
+	api := "(none: run 'claimflow api')"
+	if s.API != nil {
+		api = "http://" + s.API.Addr
+	}
+	return fmt.Sprintf("claimflow ready: api=%s ui=%s temporal=%s kafka=%s database=%s",
+		api, ui, s.Config.TemporalAddress, joinComma(s.Config.KafkaBrokers), redactURL(s.Config.DatabaseURL))
 }
 
 func joinComma(xs []string) string {
