@@ -360,6 +360,60 @@ func confirmedEvents(ctx context.Context, kcfg activities.KafkaConfig, topic, pr
 
 // confirmedRate is confirmed enrollments per second from the run's first
 // request to its last confirmation, so a backlog drained late counts late.
+// sustainedWindow is the span over which the peak confirmation rate is
+// taken: long enough that a burst of a few batches does not count.
+const sustainedWindow = 10
+
+// peakConfirmedRate is the highest confirmation rate held for
+// sustainedWindow seconds: the rate the system sustains once the ramp is
+// over, which the whole-run average (confirmedRate) understates.
+func peakConfirmedRate(ctx context.Context, db *pgxpool.Pool, sc Schema, courses []string) (float64, error) {
+	rows, err := db.Query(ctx, `SELECT extract(epoch FROM date_trunc('second', confirmed_at))::bigint, count(*)
+		FROM `+sc.Enrollments+` WHERE course_id = ANY($1) AND confirmed_at IS NOT NULL GROUP BY 1 ORDER BY 1`, courses)
+	if err != nil {
+		return 0, fmt.Errorf("confirmations per second from %s: %w", sc.Enrollments, err)
+	}
+	perSecond := map[int64]int{}
+	var first, last int64
+	for rows.Next() {
+		var sec int64
+		var n int
+		if err := rows.Scan(&sec, &n); err != nil {
+			return 0, fmt.Errorf("confirmations per second: %w", err)
+		}
+		if len(perSecond) == 0 {
+			first = sec
+		}
+		perSecond[sec], last = n, sec
+	}
+	if err := rows.Err(); err != nil {
+		return 0, fmt.Errorf("confirmations per second: %w", err)
+	}
+	return peakWindowRate(perSecond, first, last, sustainedWindow), nil
+}
+
+// peakWindowRate is the highest mean of window consecutive seconds (seconds
+// missing from perSecond count 0) between first and last.
+func peakWindowRate(perSecond map[int64]int, first, last int64, window int64) float64 {
+	if len(perSecond) == 0 {
+		return 0
+	}
+	if last-first+1 < window {
+		window = last - first + 1
+	}
+	best, sum := 0, 0
+	for sec := first; sec <= last; sec++ {
+		sum += perSecond[sec]
+		if sec-first >= window {
+			sum -= perSecond[sec-window]
+		}
+		if sec-first >= window-1 {
+			best = max(best, sum)
+		}
+	}
+	return round3(float64(best) / float64(window))
+}
+
 func confirmedRate(ctx context.Context, db *pgxpool.Pool, sc Schema, courses []string) (float64, error) {
 	var n int
 	var span *float64

@@ -106,11 +106,13 @@ type Result struct {
 	Retries           int        `json:"retries"`
 	DurationS         float64    `json:"duration_s"`
 	ConfirmedPerS     float64    `json:"confirmed_per_s"`
-	Stages            Stages     `json:"stages_ms"`
-	Audit             Audit      `json:"audit"`
-	RSSMB             *float64   `json:"rss_mb"`
-	RSSScope          string     `json:"rss_scope,omitempty"`
-	Timeline          []Second   `json:"timeline"`
+	// ConfirmedPerSPeak is the highest confirmation rate held for 10 s.
+	ConfirmedPerSPeak float64  `json:"confirmed_per_s_peak_10s"`
+	Stages            Stages   `json:"stages_ms"`
+	Audit             Audit    `json:"audit"`
+	RSSMB             *float64 `json:"rss_mb"`
+	RSSScope          string   `json:"rss_scope,omitempty"`
+	Timeline          []Second `json:"timeline"`
 }
 
 // newRunID is a short unique prefix for the run's course IDs, so the SQL and
@@ -193,6 +195,9 @@ func Run(ctx context.Context, o Options, arm Arm) (*Result, error) {
 		return nil, err
 	}
 	if res.ConfirmedPerS, err = confirmedRate(ctx, o.DB, arm.Schema, courses); err != nil {
+		return nil, err
+	}
+	if res.ConfirmedPerSPeak, err = peakConfirmedRate(ctx, o.DB, arm.Schema, courses); err != nil {
 		return nil, err
 	}
 	if res.Audit, err = audit(ctx, o.DB, o.Kafka, arm.Schema, res.RunID+"-", courses, en.Accepted()); err != nil {

@@ -34,7 +34,7 @@ func WriteSummary(w io.Writer, r *Result) {
 	stage("recorded → published", r.Stages.RecordedToPublished)
 	stage("requested → confirmed", r.Stages.RequestedToConfirmed)
 	stage("published → confirmed", r.Stages.PublishedToConfirmed)
-	p("  confirmed/s ...........: %.1f (first request → last confirmation)\n", r.ConfirmedPerS)
+	p("  confirmed/s ...........: %.1f (first request → last confirmation), %.1f at the best 10 s\n", r.ConfirmedPerS, r.ConfirmedPerSPeak)
 	a := r.Audit
 	drained := fmt.Sprintf("drained in %.1fs", a.DrainS)
 	if !a.Drained {
@@ -97,6 +97,7 @@ func WriteCompareTable(w io.Writer, c *Comparison) {
 		{"recorded → published p50 / p95", stagePair(cf.Stages.RecordedToPublished), stagePair(pe.Stages.RecordedToPublished), ""},
 		{"requested → confirmed p50 / p95", stagePair(cf.Stages.RequestedToConfirmed), stagePair(pe.Stages.RequestedToConfirmed), ""},
 		{"**throughput**: confirmed/s (first request → last confirmation)", f1(cf.ConfirmedPerS), f1(pe.ConfirmedPerS), fx(c.Ratio.Throughput)},
+		{"confirmed/s held for 10 s (peak)", f1(cf.ConfirmedPerSPeak), f1(pe.ConfirmedPerSPeak), fx(ratio(cf.ConfirmedPerSPeak, pe.ConfirmedPerSPeak))},
 		{"lost / duplicate / missing / oversold", auditLine(cf.Audit), auditLine(pe.Audit), ""},
 		{"peak RSS", rssText(cf.RSSMB), rssText(pe.RSSMB), ""},
 	}
