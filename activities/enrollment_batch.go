@@ -218,6 +218,9 @@ func (a *Activities) PublishBatch(ctx context.Context, in workflows.PublishBatch
 		})
 	}
 	if len(msgs) == 0 {
+		if in.Confirm {
+			return a.recordPublished(ctx, published, true)
+		}
 		return nil
 	}
 	began := time.Now()
@@ -250,15 +253,40 @@ func (a *Activities) PublishBatch(ctx context.Context, in workflows.PublishBatch
 		acked = append(acked, id)
 		a.Metrics.observePublish(m.Topic, began, nil)
 	}
-	if len(acked) > 0 {
-		if _, err := a.DB.Exec(ctx, `
-			UPDATE enrollments SET published_at = COALESCE(published_at, clock_timestamp()), updated_at = now()
-			WHERE id = ANY($1)`, acked); err != nil {
-			return fmt.Errorf("record %d published events: %w", len(acked), err)
-		}
+	if in.Confirm {
+		// Those published by an earlier attempt are confirmed too.
+		acked = append(acked, published...)
+	}
+	if err := a.recordPublished(ctx, acked, in.Confirm); err != nil {
+		return err
 	}
 	if len(failed) > 0 {
 		return fmt.Errorf("publish batch: %d of %d events not acknowledged: %w", len(failed), len(msgs), sendErr)
+	}
+	return nil
+}
+
+// recordPublished stamps published_at on acknowledged enrollments and, with
+// confirm, ends them in the same statement.
+func (a *Activities) recordPublished(ctx context.Context, ids []string, confirm bool) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	var err error
+	if confirm {
+		_, err = a.DB.Exec(ctx, `
+			UPDATE enrollments SET published_at = COALESCE(published_at, clock_timestamp()),
+				confirmed_at = CASE WHEN status IN ('reserved', 'dead_lettered') THEN COALESCE(confirmed_at, clock_timestamp()) ELSE confirmed_at END,
+				status = CASE WHEN status IN ('reserved', 'dead_lettered') THEN 'confirmed' ELSE status END,
+				updated_at = now()
+			WHERE id = ANY($1)`, ids)
+	} else {
+		_, err = a.DB.Exec(ctx, `
+			UPDATE enrollments SET published_at = COALESCE(published_at, clock_timestamp()), updated_at = now()
+			WHERE id = ANY($1)`, ids)
+	}
+	if err != nil {
+		return fmt.Errorf("record %d published events: %w", len(ids), err)
 	}
 	return nil
 }

@@ -62,6 +62,9 @@ type PublishBatchInput struct {
 	// broker was failing moments ago: the caller has a durable path to
 	// fall back on and should not wait on a broker that is down.
 	FailFast bool `json:",omitempty"`
+	// Confirm confirms each acknowledged enrollment in the statement that
+	// records its publish: one write per enrollment instead of two.
+	Confirm bool `json:",omitempty"`
 }
 
 // BatchState is what the batch's status query returns.
@@ -175,46 +178,40 @@ func runBatch(ctx workflow.Context, in EnrollmentBatchInput, state *BatchState, 
 	cctx, cancel := workflow.NewDisconnectedContext(ctx)
 	defer cancel()
 
-	published := false
 	if workflow.GetVersion(ctx, changeConfirmBeforeAnswer, workflow.DefaultVersion, 1) == 1 {
-		// The fast path: publish and confirm in this workflow task, one
-		// local-activity attempt each, before the decision goes out. The
-		// answer then says "confirmed", the event is out milliseconds after
-		// the seat was recorded, and the run ends in one workflow task
-		// instead of two plus an activity task. Any failure falls back to
-		// the durable path below, which answers "reserved" at once and
-		// retries on the publish policy.
+		// The fast path: publish and confirm in this workflow task, in one
+		// local-activity attempt, before the decision goes out. The answer
+		// then says "confirmed", the event is out milliseconds after the
+		// seat was recorded, and the run ends in one workflow task instead
+		// of two plus an activity task. Any failure falls back to the
+		// durable path below, which answers "reserved" at once, retries on
+		// the publish policy and confirms what it has not.
 		fast := publish
-		fast.FailFast = true
+		fast.FailFast, fast.Confirm = true, true
 		err := workflow.ExecuteLocalActivity(fastLocalOptions(ctx), ActivityPublishBatch, fast).Get(ctx, nil)
 		if temporal.IsCanceledError(err) {
 			return err
 		}
-		if published = err == nil; published {
+		if err == nil {
 			s.compensations = nil
-			if workflow.ExecuteLocalActivity(fastLocalOptions(cctx), ActivityConfirmBatch, reservedIDs).Get(cctx, nil) == nil {
-				decide(confirmed(reserved.Decisions))
-				state.Status = StatusConfirmed
-				return nil
-			}
+			decide(confirmed(reserved.Decisions))
+			state.Status = StatusConfirmed
+			return nil
 		}
 	}
 	decide(reserved.Decisions)
 
-	if !published {
-		err = workflow.ExecuteActivity(publishOptions(ctx), ActivityPublishBatch, publish).Get(ctx, nil)
-		if temporal.IsCanceledError(err) {
-			return err
-		}
-		if err != nil {
-			// The publish policy is spent. Each enrollment goes on in a run
-			// of its own, which dead-letters it and waits for an operator,
-			// exactly as a single enrollment would; this batch is done with
-			// them.
-			s.compensations = nil
-			state.Status = StatusDeadLettered
-			return handOff(ctx, granted, state)
-		}
+	err = workflow.ExecuteActivity(publishOptions(ctx), ActivityPublishBatch, publish).Get(ctx, nil)
+	if temporal.IsCanceledError(err) {
+		return err
+	}
+	if err != nil {
+		// The publish policy is spent. Each enrollment goes on in a run of
+		// its own, which dead-letters it and waits for an operator, exactly
+		// as a single enrollment would; this batch is done with them.
+		s.compensations = nil
+		state.Status = StatusDeadLettered
+		return handOff(ctx, granted, state)
 	}
 
 	// The events are out: the seats belong to the students.

@@ -32,8 +32,6 @@ type batchFake struct {
 	// is not 0 without using one up, as the real one does after a failed
 	// send: it does not try.
 	failBatch int
-	// failConfirm makes the next n ConfirmBatch calls fail.
-	failConfirm int
 	// lostReserves makes ReserveSeats commit and then report a fault, as
 	// when the connection drops after COMMIT: n > 0 the next n, n < 0 all.
 	lostReserves int
@@ -41,8 +39,8 @@ type batchFake struct {
 	reserveSeatsInputs []workflows.ReserveSeatsInput
 	fastAttempts       []batchAttempt // PublishBatch with FailFast
 	batchAttempts      []batchAttempt // the durable path's attempts
-	confirmBatches     [][]string // ConfirmBatch calls
-	releaseSeatSets    [][]string // ReleaseSeats calls
+	confirmBatches     [][]string     // ConfirmBatch calls
+	releaseSeatSets    [][]string     // ReleaseSeats calls
 }
 
 type batchAttempt struct {
@@ -170,6 +168,14 @@ func (b *batchFake) PublishBatch(ctx context.Context, in workflows.PublishBatchI
 			return errors.New("publish batch: not sent, the broker failed a send 5ms ago")
 		}
 		b.publish(in)
+		if in.Confirm {
+			for _, id := range in.EnrollmentIDs {
+				if e, ok := b.enrollments[id]; ok &&
+					(e.Status == workflows.StatusReserved || e.Status == workflows.StatusDeadLettered) {
+					e.Status = workflows.StatusConfirmed
+				}
+			}
+		}
 		return nil
 	}
 	if b.failBatch != 0 {
@@ -204,10 +210,6 @@ func (b *batchFake) ConfirmBatch(_ context.Context, ids []string) error {
 	defer b.mu.Unlock()
 	b.called(workflows.ActivityConfirmBatch)
 	b.confirmBatches = append(b.confirmBatches, slices.Clone(ids))
-	if b.failConfirm > 0 {
-		b.failConfirm--
-		return errors.New("confirm: connection reset by peer")
-	}
 	for _, id := range ids {
 		if e, ok := b.enrollments[id]; ok &&
 			(e.Status == workflows.StatusReserved || e.Status == workflows.StatusDeadLettered) {
@@ -509,7 +511,8 @@ func TestEnrollmentBatch(t *testing.T) {
 				wantBatchEvents(t, attempts[0].In.Messages, mixedGranted, testStart)
 				assert.Equal(t, attempts[0].In.Messages, f.publishedMessages(), "exactly the granted events went out")
 
-				assert.Equal(t, [][]string{idsOf(mixedGranted)}, f.confirmBatchCalls(), "ConfirmBatch of exactly the granted")
+				assert.True(t, attempts[0].In.Confirm, "the fast path confirms in the statement that records the publish")
+				assert.Empty(t, f.confirmBatchCalls(), "no separate ConfirmBatch")
 				for _, c := range mixedGranted {
 					assert.Equal(t, fakeEnrollment{ID: c.EnrollmentID, CourseID: c.CourseID, StudentID: c.StudentID,
 						Status: workflows.StatusConfirmed, Published: true}, f.enrollment(c.EnrollmentID))
@@ -587,33 +590,6 @@ func TestEnrollmentBatch(t *testing.T) {
 				}
 				assert.Equal(t, 2, f.seatsTaken(courseID))
 				assert.Empty(t, f.releaseSeatsCalls())
-				assertNoHandOff(t, r)
-			},
-		},
-		{
-			name: "published on the fast path but its confirmation failed: answered reserved, confirmed on retry, published once",
-			fake: func() *batchFake {
-				f := newBatchFake().withCourse(courseID, 30, 0)
-				f.failConfirm = 1
-				return f
-			},
-			claims:        pair,
-			wantDecisions: pairDecisions,
-			wantState: workflows.BatchState{BatchID: batchID, Claims: 3, Reserved: 2, Refused: 1,
-				Status: workflows.StatusConfirmed},
-			check: func(t *testing.T, r *batchRun) {
-				f := r.fake
-				fast := f.fastPublishAttempts()
-				require.Len(t, fast, 1)
-				assert.False(t, fast[0].Failed)
-				assert.Empty(t, f.publishBatchAttempts(), "the events are out: no second publish")
-				wantBatchEvents(t, f.publishedMessages(), pairGranted, testStart)
-				assert.Equal(t, [][]string{idsOf(pairGranted), idsOf(pairGranted)}, f.confirmBatchCalls(),
-					"the failed fast confirmation, then the durable one")
-				for _, c := range pairGranted {
-					assert.Equal(t, workflows.StatusConfirmed, f.enrollment(c.EnrollmentID).Status)
-				}
-				assert.Empty(t, f.releaseSeatsCalls(), "published seats are never given back")
 				assertNoHandOff(t, r)
 			},
 		},
