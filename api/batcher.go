@@ -234,7 +234,7 @@ func (b *claimBatcher) flush(batch []*pendingClaim) {
 		answer(claimResult{err: err}, nil)
 		return
 	}
-	in := workflows.EnrollmentBatchInput{BatchID: id.String()}
+	in := workflows.EnrollmentBatchInput{BatchID: id.String(), ConfirmBeforeAnswer: true}
 	var courses, students []string
 	for _, p := range batch {
 		in.Claims = append(in.Claims, p.in)

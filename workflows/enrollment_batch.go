@@ -38,6 +38,12 @@ func EnrollmentBatchWorkflowID(batchID string) string {
 type EnrollmentBatchInput struct {
 	BatchID string
 	Claims  []EnrollmentInput
+	// ConfirmBeforeAnswer takes the fast path: publish and confirm before
+	// the decision goes out. The API sets it; runs recorded before it
+	// existed replay without it, on the path they took. (A GetVersion
+	// marker would do the same but costs every run a search-attribute
+	// upsert, one more visibility write on the Temporal server.)
+	ConfirmBeforeAnswer bool `json:",omitempty"`
 }
 
 // ReserveSeatsInput claims seats for many students at once. Decisions come
@@ -178,7 +184,7 @@ func runBatch(ctx workflow.Context, in EnrollmentBatchInput, state *BatchState, 
 	cctx, cancel := workflow.NewDisconnectedContext(ctx)
 	defer cancel()
 
-	if workflow.GetVersion(ctx, changeConfirmBeforeAnswer, workflow.DefaultVersion, 1) == 1 {
+	if in.ConfirmBeforeAnswer {
 		// The fast path: publish and confirm in this workflow task, in one
 		// local-activity attempt, before the decision goes out. The answer
 		// then says "confirmed", the event is out milliseconds after the
@@ -222,10 +228,6 @@ func runBatch(ctx workflow.Context, in EnrollmentBatchInput, state *BatchState, 
 	state.Status = StatusConfirmed
 	return nil
 }
-
-// changeConfirmBeforeAnswer versions the fast path: runs recorded before it
-// answered after the reservation and published in an activity task.
-const changeConfirmBeforeAnswer = "confirm-before-answer"
 
 // fastLocalOptions: one attempt, bounded like the publish activity; the
 // durable path owns retries.

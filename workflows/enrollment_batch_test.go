@@ -469,7 +469,10 @@ func TestEnrollmentBatch(t *testing.T) {
 		wantDecisions []workflows.Decision
 		wantState     workflows.BatchState
 		wantCanceled  bool
-		check         func(t *testing.T, r *batchRun)
+		// answerFirst runs the batch as recorded before the fast path:
+		// answer after the reservation, then publish in an activity.
+		answerFirst bool
+		check       func(t *testing.T, r *batchRun)
 	}{
 		{
 			name: "mixed batch: decisions in claim order, granted seats published and confirmed before the answer",
@@ -522,6 +525,31 @@ func TestEnrollmentBatch(t *testing.T) {
 				}
 				assert.Equal(t, workflows.StatusConfirmed, f.enrollment("enr-old").Status, "the holder is untouched")
 				assert.Empty(t, f.releaseSeatsCalls())
+				assertNoHandOff(t, r)
+			},
+		},
+		{
+			name: "a batch from before the fast path answers reserved, then publishes and confirms",
+			fake: func() *batchFake {
+				return newBatchFake().withCourse(courseID, 30, 0)
+			},
+			claims:        pair,
+			answerFirst:   true,
+			wantDecisions: pairDecisions,
+			wantState: workflows.BatchState{BatchID: batchID, Claims: 3, Reserved: 2, Refused: 1,
+				Status: workflows.StatusConfirmed},
+			check: func(t *testing.T, r *batchRun) {
+				f := r.fake
+				assert.Empty(t, f.fastPublishAttempts(), "no fast path")
+				attempts := f.publishBatchAttempts()
+				require.Len(t, attempts, 1)
+				assert.False(t, attempts[0].In.FailFast)
+				assert.False(t, attempts[0].In.Confirm)
+				wantBatchEvents(t, f.publishedMessages(), pairGranted, testStart)
+				assert.Equal(t, [][]string{idsOf(pairGranted)}, f.confirmBatchCalls())
+				for _, c := range pairGranted {
+					assert.Equal(t, workflows.StatusConfirmed, f.enrollment(c.EnrollmentID).Status)
+				}
 				assertNoHandOff(t, r)
 			},
 		},
@@ -750,7 +778,8 @@ func TestEnrollmentBatch(t *testing.T) {
 				tc.act(r)
 			}
 
-			env.ExecuteWorkflow(workflows.EnrollmentBatch, workflows.EnrollmentBatchInput{BatchID: batchID, Claims: tc.claims})
+			env.ExecuteWorkflow(workflows.EnrollmentBatch, workflows.EnrollmentBatchInput{BatchID: batchID, Claims: tc.claims,
+				ConfirmBeforeAnswer: !tc.answerFirst})
 
 			require.True(t, env.IsWorkflowCompleted())
 			got := r.decisions.result(t)

@@ -87,6 +87,14 @@ var temporalDynamicConfig = map[string]string{
 	// single dev server and a handful of pollers gain nothing from spreading.
 	"matching.numTaskqueueReadPartitions":  "1",
 	"matching.numTaskqueueWritePartitions": "1",
+	// History reads its task queues at most 20 times a second by default,
+	// so every new workflow task waited ~25 ms (task_latency_load) before it
+	// reached matching, in bursts that overran the pollers and went through
+	// the backlog (another ~45 ms). A batch run lives ~20 ms; reading more
+	// often is what keeps answers fast.
+	"history.transferProcessorMaxPollRPS":   "500",
+	"history.visibilityProcessorMaxPollRPS": "200",
+	"history.timerProcessorMaxPollRPS":      "200",
 }
 
 const claimBatchAttrBytes = 30000
