@@ -100,7 +100,7 @@ func loadConfig() (config, error) {
 		name string
 		dst  *int
 		def  string
-	}{{"CLAIM_BATCH_MAX", &c.ClaimBatchMax, "500"}, {"CLAIM_BATCH_INFLIGHT", &c.ClaimBatchInFlight, "8"},
+	}{{"CLAIM_BATCH_MAX", &c.ClaimBatchMax, "500"}, {"CLAIM_BATCH_INFLIGHT", &c.ClaimBatchInFlight, "2"},
 		{"CLAIM_BATCH_ATTR_BYTES", &c.ClaimBatchAttrBytes, "2000"}} {
 		n, err := strconv.Atoi(env(v.name, v.def))
 		if err != nil || n < 1 {
