@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/IBM/sarama"
 
@@ -67,12 +68,30 @@ func ReadTopics(ctx context.Context, cfg KafkaConfig, topics []string) (records 
 	return records, missing, errors.Join(errs...)
 }
 
+// offsetOf asks for one end of a partition. A fresh client connects to the
+// leader lazily, and when many partitions ask at once while that connection
+// is being (re)opened some are told "broker not connected" (seen once in CI
+// on all twelve partitions); a short retry rides that out.
+func offsetOf(ctx context.Context, c sarama.Client, topic string, p int32, which int64) (int64, error) {
+	for attempt := 1; ; attempt++ {
+		off, err := c.GetOffset(topic, p, which)
+		if !errors.Is(err, sarama.ErrNotConnected) || attempt == 5 {
+			return off, err
+		}
+		select {
+		case <-ctx.Done():
+			return off, err
+		case <-time.After(time.Duration(attempt) * 100 * time.Millisecond):
+		}
+	}
+}
+
 func readPartition(ctx context.Context, c sarama.Client, consumer sarama.Consumer, topic string, p int32) ([]workflows.ConsumedEvent, error) {
-	newest, err := c.GetOffset(topic, p, sarama.OffsetNewest)
+	newest, err := offsetOf(ctx, c, topic, p, sarama.OffsetNewest)
 	if err != nil {
 		return nil, fmt.Errorf("end of %s/%d: %w", topic, p, err)
 	}
-	oldest, err := c.GetOffset(topic, p, sarama.OffsetOldest)
+	oldest, err := offsetOf(ctx, c, topic, p, sarama.OffsetOldest)
 	if err != nil {
 		return nil, fmt.Errorf("start of %s/%d: %w", topic, p, err)
 	}
