@@ -186,7 +186,7 @@ func drainAndAudit(t *testing.T, s *stack, c *apiClient, l *load) {
 	t.Helper()
 	ctx := context.Background()
 	retried := map[string]bool{}
-	waitFor(t, 4*time.Minute, "every enrollment terminal", func() bool {
+	waitFor(t, 4*time.Minute, "every enrollment terminal and every run closed", heldFor(3*time.Second, func() bool {
 		_, body, err := c.do("GET", "/v1/dead-letters?status=open&limit=1000", nil)
 		if err == nil {
 			items, _ := body["dead_letters"].([]any)
@@ -202,8 +202,8 @@ func drainAndAudit(t *testing.T, s *stack, c *apiClient, l *load) {
 		var pending int
 		err = s.Pool.QueryRow(ctx, `SELECT count(*) FROM enrollments WHERE course_id = ANY($1) AND status NOT IN ('confirmed', 'cancelled', 'failed')`,
 			l.courses).Scan(&pending)
-		return err == nil && pending == 0
-	})
+		return err == nil && pending == 0 && openRunsOf(t, s, l.courses...) == 0
+	}))
 
 	rows, err := s.Pool.Query(ctx, `SELECT id, course_id, status FROM enrollments WHERE course_id = ANY($1)`, l.courses)
 	if err != nil {

@@ -201,6 +201,42 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool)
 	}
 }
 
+// openRunsOf counts the runs holding claims on these courses that are still
+// open. A batch the server accepted just before a crash reserves nothing
+// until its workflow task runs again after the restart, so "every row is
+// terminal" alone can be true while more rows and events are on their way.
+func openRunsOf(t *testing.T, s *stack, courses ...string) int64 {
+	t.Helper()
+	quoted := make([]string, len(courses))
+	for i, c := range courses {
+		quoted[i] = "'" + c + "'"
+	}
+	resp, err := s.Client.CountWorkflow(context.Background(), &workflowservice.CountWorkflowExecutionsRequest{
+		Namespace: s.Config.Namespace,
+		Query:     "CourseId IN (" + strings.Join(quoted, ",") + ") AND ExecutionStatus = 'Running'",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.Count
+}
+
+// heldFor is true once cond has been true for d in a row: Temporal writes
+// visibility asynchronously, so one look can miss a run that just started.
+func heldFor(d time.Duration, cond func() bool) func() bool {
+	var since time.Time
+	return func() bool {
+		if !cond() {
+			since = time.Time{}
+			return false
+		}
+		if since.IsZero() {
+			since = time.Now()
+		}
+		return time.Since(since) >= d
+	}
+}
+
 // topicEvents reads every event on an enrollment topic from the beginning.
 func topicEvents(t *testing.T, s *stack, topic string) []workflows.Event {
 	t.Helper()
@@ -643,15 +679,19 @@ func TestRestartLosesNothing(t *testing.T) {
 	}
 
 	// Drain: every enrollment the database knows, accepted over HTTP or
-	// cut off mid-answer, reaches a terminal state.
+	// cut off mid-answer, reaches a terminal state, and no run of the
+	// course is still open. A batch the server accepted just before the
+	// kill may not have reserved anything yet: its workflow task runs
+	// again only when its timeout passes after the restart, and then its
+	// rows appear.
 	ctx := context.Background()
-	waitFor(t, 3*time.Minute, "every enrollment confirmed", func() bool {
+	waitFor(t, 3*time.Minute, "every enrollment confirmed and every run closed", heldFor(3*time.Second, func() bool {
 		var pending int
 		if err := s2.Pool.QueryRow(ctx, `SELECT count(*) FROM enrollments WHERE course_id = 'rst101' AND status <> 'confirmed'`).Scan(&pending); err != nil {
 			t.Fatal(err)
 		}
-		return pending == 0
-	})
+		return pending == 0 && openRunsOf(t, s2, "rst101") == 0
+	}))
 	rows, err := s2.Pool.Query(ctx, `SELECT id FROM enrollments WHERE course_id = 'rst101' AND status = 'confirmed'`)
 	if err != nil {
 		t.Fatal(err)
