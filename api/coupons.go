@@ -573,7 +573,7 @@ func (s *server) useCoupon(c *gin.Context) {
 			// already_used by that run although its own use succeeded.
 			if k, err := s.loadCoupon(c, couponID); err == nil && k.Status == string(workflows.CouponUsed) &&
 				k.UseID != nil && *k.UseID == ureq.UseID {
-				c.JSON(http.StatusOK, useAnswerFromDB(k, s.runURL))
+				c.JSON(http.StatusOK, useAnswerFromDB(k))
 				return
 			}
 		}
@@ -628,8 +628,8 @@ func answerUseRefusal(c *gin.Context, couponID string, d workflows.CouponDecisio
 }
 
 // useAnswerFromDB is the answer to a use the database shows succeeded.
-func useAnswerFromDB(k coupon, runURL func(workflowID, runID string) string) useAnswer {
-	a := useAnswer{Status: k.Status, CouponID: k.ID, UserID: k.UserID, Payout: k.Payout}
+func useAnswerFromDB(k coupon) useAnswer {
+	a := useAnswer{Status: k.Status, CouponID: k.ID, UserID: k.UserID, Payout: k.Payout, WorkflowURL: k.UseWorkflowURL}
 	if k.UseID != nil {
 		a.UseID = *k.UseID
 	}
@@ -638,7 +638,6 @@ func useAnswerFromDB(k coupon, runURL func(workflowID, runID string) string) use
 	}
 	if k.UseWorkflowID != nil && k.UseRunID != nil {
 		a.WorkflowID, a.RunID = *k.UseWorkflowID, *k.UseRunID
-		a.WorkflowURL = runURL(a.WorkflowID, a.RunID)
 	}
 	return a
 }

@@ -181,9 +181,6 @@ func runBatch(ctx workflow.Context, in EnrollmentBatchInput, state *BatchState, 
 		}})
 		publish.EnrollmentIDs = append(publish.EnrollmentIDs, c.EnrollmentID)
 	}
-	cctx, cancel := workflow.NewDisconnectedContext(ctx)
-	defer cancel()
-
 	if in.ConfirmBeforeAnswer {
 		// The fast path: publish and confirm in this workflow task, in one
 		// local-activity attempt, before the decision goes out. The answer
@@ -222,6 +219,8 @@ func runBatch(ctx workflow.Context, in EnrollmentBatchInput, state *BatchState, 
 
 	// The events are out: the seats belong to the students.
 	s.compensations = nil
+	cctx, cancel := workflow.NewDisconnectedContext(ctx)
+	defer cancel()
 	if err := workflow.ExecuteLocalActivity(batchLocalOptions(cctx), ActivityConfirmBatch, reservedIDs).Get(cctx, nil); err != nil {
 		return fmt.Errorf("confirm batch %s: %w", in.BatchID, err)
 	}
