@@ -28,6 +28,9 @@ type stackOptions struct {
 	UIPort       int
 	KafkaPort    int
 	PGPort       int
+	// PGBin holds initdb, pg_ctl and postgres (--pg-bin); empty: a system
+	// install, else the build downloaded into the user cache.
+	PGBin string
 	// DatabaseURL, when set, is used instead of a private cluster.
 	DatabaseURL string
 	// KafkaBrokers, when set, name a real Kafka cluster to use instead of
@@ -192,9 +195,11 @@ func startStack(ctx context.Context, base config, log *slog.Logger, o stackOptio
 	} else {
 		fmt.Fprintln(progress, "starting PostgreSQL...")
 		s.Postgres, err = devstack.StartPostgres(ctx, devstack.PostgresOptions{
-			DataDir: filepath.Join(dataDir, "pg"),
-			Port:    o.PGPort,
-			LogFile: filepath.Join(dataDir, "logs", "postgres.log"),
+			DataDir:  filepath.Join(dataDir, "pg"),
+			Port:     o.PGPort,
+			LogFile:  filepath.Join(dataDir, "logs", "postgres.log"),
+			BinDir:   o.PGBin,
+			Progress: o.Progress,
 		})
 		if err != nil {
 			return s, err

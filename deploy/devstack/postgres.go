@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"net/url"
@@ -40,6 +41,29 @@ type PostgresOptions struct {
 	Database string
 	// LogFile receives the server log (appended); default DataDir+".log".
 	LogFile string
+
+	// BinDir holds initdb, pg_ctl and postgres (claimflow dev --pg-bin).
+	// Empty: a system install (see LookupDirs), else the pinned build from
+	// the user's cache, downloaded on first use.
+	BinDir string
+	// LookupDirs are searched for a system install when BinDir is empty;
+	// nil means $CLAIMFLOW_PG_LOOKUP if set, else PATH and then
+	// /usr/lib/postgresql/*/bin.
+	LookupDirs []string
+	// HideSystemPostgres skips the system lookup, as on a machine where
+	// only Go is installed (also: CLAIMFLOW_PG_LOOKUP=none).
+	HideSystemPostgres bool
+	// Repository is the Maven Central repository base URL (or a mirror)
+	// the server build is downloaded from; default $CLAIMFLOW_PG_REPOSITORY,
+	// else the one embedded-postgres uses.
+	Repository string
+	// CacheDir keeps downloaded builds, one directory per version; default
+	// <user cache dir>/claimflow/postgres, shared by every clone.
+	CacheDir string
+	// Progress receives download progress; default os.Stderr.
+	Progress io.Writer
+
+	build *pgBuild // tests: a build other than the pinned one
 }
 
 // Postgres is a private PostgreSQL cluster started with pg_ctl.
@@ -85,9 +109,20 @@ func StartPostgres(ctx context.Context, o PostgresOptions) (*Postgres, error) {
 		return nil, fmt.Errorf("start postgres: %w", err)
 	}
 
-	run, err := newPGRunner()
+	bins, err := choosePGBinaries(ctx, o)
 	if err != nil {
 		return nil, err
+	}
+	run, err := newPGRunner(ctx, bins.Dir)
+	if err != nil {
+		return nil, err
+	}
+	slog.InfoContext(ctx, "postgres binaries", "from", bins.Origin, "dir", bins.Dir, "major", bins.Major, "run_as", run.userName())
+	if bins.Origin == "downloaded" && run.cred != nil {
+		// The unprivileged user must reach the binaries in root's cache.
+		if err := run.ensureTraversable(ctx, bins.Dir); err != nil {
+			return nil, err
+		}
 	}
 	p := &Postgres{
 		URL:     pgURL(o.Port, o.Database),
@@ -103,12 +138,18 @@ func StartPostgres(ctx context.Context, o PostgresOptions) (*Postgres, error) {
 	if err := run.prepareLogFile(ctx, logFile); err != nil {
 		return nil, err
 	}
-	if _, err := os.Stat(filepath.Join(dataDir, "PG_VERSION")); errors.Is(err, fs.ErrNotExist) {
+	if b, err := os.ReadFile(filepath.Join(dataDir, "PG_VERSION")); errors.Is(err, fs.ErrNotExist) {
 		if err := p.initdb(ctx); err != nil {
 			return nil, err
 		}
 	} else if err != nil {
 		return nil, fmt.Errorf("inspect postgres data dir %s: %w", dataDir, err)
+	} else if major := firstLineInt(b); major != bins.Major {
+		// The server would refuse with "database files are incompatible";
+		// say what to do instead.
+		return nil, fmt.Errorf("the postgres data dir %s was created by PostgreSQL %d, but the binaries in %s (%s) are PostgreSQL %d: "+
+			"pass --pg-bin with a PostgreSQL %d bin directory, or move %s away to start with an empty database",
+			dataDir, major, bins.Dir, bins.Origin, bins.Major, major, dataDir)
 	}
 
 	ready, err := p.adoptRunning(ctx)
@@ -427,45 +468,94 @@ func (p *Postgres) Stop(ctx context.Context) error {
 	return nil
 }
 
-// pgRunner runs the PostgreSQL tools, as the `postgres` system user when we
-// are root: initdb and postgres refuse to run as root.
+// pgRunner runs the PostgreSQL tools from one bin directory, as an
+// unprivileged user when we are root: initdb and postgres refuse to run as
+// root.
 type pgRunner struct {
+	bin  string
 	cred *syscall.Credential // nil: run as ourselves
+	name string
 	home string
 }
 
-func newPGRunner() (pgRunner, error) {
+// pgRunAsUsers are the existing accounts tried, in order, when running as
+// root: the packaged server's own user, then the classic unprivileged one.
+var pgRunAsUsers = []string{"postgres", "nobody"}
+
+// pgCreatedUser is created only when none of pgRunAsUsers exists.
+const pgCreatedUser = "claimflow-pg"
+
+func newPGRunner(ctx context.Context, bin string) (pgRunner, error) {
 	if os.Geteuid() != 0 {
-		return pgRunner{}, nil
+		return pgRunner{bin: bin}, nil
 	}
-	u, err := user.Lookup("postgres")
-	if err != nil {
-		return pgRunner{}, fmt.Errorf("running as root, and PostgreSQL refuses to run as root; no `postgres` system user to run it as (%w): create one (useradd --system postgres) or run as a normal user", err)
+	var u *user.User
+	for _, name := range append(slices.Clone(pgRunAsUsers), pgCreatedUser) {
+		if found, err := user.Lookup(name); err == nil && found.Uid != "0" {
+			u = found
+			break
+		}
+	}
+	if u == nil {
+		var err error
+		if u, err = createSystemUser(ctx, pgCreatedUser); err != nil {
+			return pgRunner{}, fmt.Errorf("running as root, and PostgreSQL refuses to run as root; no unprivileged user (%s) exists to run it as, and creating %q failed: %w: create one (useradd --system postgres) or run as a normal user",
+				strings.Join(pgRunAsUsers, ", "), pgCreatedUser, err)
+		}
 	}
 	uid, err1 := strconv.ParseUint(u.Uid, 10, 32)
 	gid, err2 := strconv.ParseUint(u.Gid, 10, 32)
 	if err := errors.Join(err1, err2); err != nil {
-		return pgRunner{}, fmt.Errorf("parse uid/gid of the postgres user: %w", err)
+		return pgRunner{}, fmt.Errorf("parse uid/gid of user %s: %w", u.Username, err)
 	}
 	return pgRunner{
+		bin:  bin,
 		cred: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: []uint32{}},
+		name: u.Username,
 		home: u.HomeDir,
 	}, nil
 }
 
-func (r pgRunner) output(ctx context.Context, name string, args ...string) ([]byte, error) {
-	path, err := exec.LookPath(name)
-	if err != nil {
-		return nil, fmt.Errorf("%s not found on PATH: install the PostgreSQL server binaries (e.g. apt-get install postgresql-15) and put their bin dir on PATH: %w", name, err)
+// createSystemUser adds a system account without a home or login shell,
+// with whichever tool the distribution has.
+func createSystemUser(ctx context.Context, name string) (*user.User, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	var cmd *exec.Cmd
+	if path, err := exec.LookPath("useradd"); err == nil {
+		cmd = exec.CommandContext(ctx, path, "--system", "--user-group", "--no-create-home", "--home-dir", "/nonexistent", "--shell", "/usr/sbin/nologin", name)
+	} else if path, err := exec.LookPath("adduser"); err == nil { // busybox
+		cmd = exec.CommandContext(ctx, path, "-S", "-D", "-H", name)
+	} else {
+		return nil, errors.New("neither useradd nor adduser is on PATH")
 	}
-	cmd := exec.CommandContext(ctx, path, args...)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("%s: %w\n%s", strings.Join(cmd.Args, " "), err, trimOutput(out))
+	}
+	slog.InfoContext(ctx, "created a system user to run PostgreSQL as (it refuses to run as root)", "user", name)
+	return user.Lookup(name)
+}
+
+// userName is who the tools run as, for logs and messages.
+func (r pgRunner) userName() string {
+	if r.cred == nil {
+		if u, err := user.Current(); err == nil {
+			return u.Username
+		}
+		return strconv.Itoa(os.Geteuid())
+	}
+	return r.name
+}
+
+func (r pgRunner) output(ctx context.Context, name string, args ...string) ([]byte, error) {
+	cmd := exec.CommandContext(ctx, filepath.Join(r.bin, name), args...)
 	// The tools chdir-check their working directory; ours may be
 	// unreadable for the postgres user (e.g. under /root).
 	cmd.Dir = "/"
 	cmd.Env = os.Environ()
 	if r.cred != nil {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: r.cred}
-		cmd.Env = append(cmd.Env, "HOME="+r.home, "USER=postgres", "LOGNAME=postgres")
+		cmd.Env = append(cmd.Env, "HOME="+r.home, "USER="+r.name, "LOGNAME="+r.name)
 	}
 	var out bytes.Buffer
 	cmd.Stdout = &out
@@ -473,12 +563,12 @@ func (r pgRunner) output(ctx context.Context, name string, args ...string) ([]by
 	// pg_ctl start leaves a daemon behind; should it ever inherit our
 	// pipes, do not wait for it to close them.
 	cmd.WaitDelay = 5 * time.Second
-	err = cmd.Run()
+	err := cmd.Run()
 	return out.Bytes(), err
 }
 
 // prepareDir creates dir with perm. As root it also hands the directory
-// (and the parents it had to create) to the postgres user and makes sure
+// (and the parents it had to create) to the unprivileged user and makes sure
 // that user can traverse every ancestor, which a 0700 t.TempDir() parent or
 // /root does not allow.
 func (r pgRunner) prepareDir(ctx context.Context, dir string, perm fs.FileMode) error {
@@ -507,7 +597,7 @@ func (r pgRunner) prepareDir(ctx context.Context, dir string, perm fs.FileMode) 
 	}
 	if sys, ok := st.Sys().(*syscall.Stat_t); ok && int(sys.Uid) != uid {
 		if entries, _ := os.ReadDir(dir); len(entries) > 0 {
-			return fmt.Errorf("%s is not empty and not owned by the postgres user, who must own it when running as root: chown -R postgres: %s", dir, dir)
+			return fmt.Errorf("%s is not empty and not owned by user %s, who must own it when running as root: chown -R %s: %s", dir, r.name, r.name, dir)
 		}
 		if !slices.Contains(created, dir) {
 			created = append(created, dir)
@@ -515,7 +605,7 @@ func (r pgRunner) prepareDir(ctx context.Context, dir string, perm fs.FileMode) 
 	}
 	for _, d := range created {
 		if err := os.Chown(d, uid, gid); err != nil {
-			return fmt.Errorf("chown %s to the postgres user: %w", d, err)
+			return fmt.Errorf("chown %s to user %s: %w", d, r.name, err)
 		}
 	}
 	if err := os.Chmod(dir, perm); err != nil {
@@ -524,8 +614,8 @@ func (r pgRunner) prepareDir(ctx context.Context, dir string, perm fs.FileMode) 
 	return r.ensureTraversable(ctx, filepath.Dir(dir))
 }
 
-// ensureTraversable adds the search (x) bit for others on ancestors of dir
-// that the postgres user could not otherwise enter. Only search, not read:
+// ensureTraversable adds the search (x) bit for others on dir and its
+// ancestors where the unprivileged user could not otherwise enter. Only search, not read:
 // names in those directories stay unlistable.
 func (r pgRunner) ensureTraversable(ctx context.Context, dir string) error {
 	for d := dir; ; d = filepath.Dir(d) {
@@ -539,9 +629,9 @@ func (r pgRunner) ensureTraversable(ctx context.Context, dir string) error {
 			(ok && sys.Uid == r.cred.Uid && mode&0o100 != 0) ||
 			(ok && sys.Gid == r.cred.Gid && mode&0o010 != 0)
 		if !canEnter {
-			slog.WarnContext(ctx, "letting the postgres user traverse a directory (adding o+x) so it can reach its data dir", "dir", d, "mode", mode.String())
+			slog.WarnContext(ctx, "letting the postgres user traverse a directory (adding o+x) so it can reach its files", "user", r.name, "dir", d, "mode", mode.String())
 			if err := os.Chmod(d, st.Mode()|0o001); err != nil {
-				return fmt.Errorf("%s is not traversable by the postgres user and chmod o+x failed: %w", d, err)
+				return fmt.Errorf("%s is not traversable by user %s and chmod o+x failed: %w", d, r.name, err)
 			}
 		}
 		if filepath.Dir(d) == d {
@@ -550,7 +640,7 @@ func (r pgRunner) ensureTraversable(ctx context.Context, dir string) error {
 	}
 }
 
-// prepareLogFile creates the log file so that, as root, the postgres user
+// prepareLogFile creates the log file so that, as root, the unprivileged user
 // (which pg_ctl runs as) can append to it wherever it lives.
 func (r pgRunner) prepareLogFile(ctx context.Context, path string) error {
 	f, err := openAppend(path)
@@ -560,7 +650,7 @@ func (r pgRunner) prepareLogFile(ctx context.Context, path string) error {
 	f.Close()
 	if r.cred != nil {
 		if err := os.Chown(path, int(r.cred.Uid), int(r.cred.Gid)); err != nil {
-			return fmt.Errorf("chown %s to the postgres user: %w", path, err)
+			return fmt.Errorf("chown %s to user %s: %w", path, r.name, err)
 		}
 		return r.ensureTraversable(ctx, filepath.Dir(path))
 	}

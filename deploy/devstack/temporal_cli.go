@@ -54,7 +54,7 @@ func TemporalCLI(ctx context.Context, progress io.Writer) (string, error) {
 	}
 	// Two processes (say, test binaries of two packages run by one `go test
 	// ./...`) must not both spend minutes and gigabytes on the same build.
-	unlock, err := lockFile(ctx, filepath.Join(root, "bin", ".temporal.build.lock"), progress)
+	unlock, err := lockFile(ctx, filepath.Join(root, "bin", ".temporal.build.lock"), progress, "a build of the Temporal CLI")
 	if err != nil {
 		return "", err
 	}
@@ -93,7 +93,8 @@ func isExecutable(path string) bool {
 
 // lockFile takes an exclusive flock on path, polling so that ctx can cancel
 // the wait (a blocking flock cannot be interrupted).
-func lockFile(ctx context.Context, path string, progress io.Writer) (unlock func(), err error) {
+// what names the work being waited for in the progress message.
+func lockFile(ctx context.Context, path string, progress io.Writer, what string) (unlock func(), err error) {
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("open build lock %s: %w", path, err)
@@ -112,13 +113,13 @@ func lockFile(ctx context.Context, path string, progress io.Writer) (unlock func
 			return nil, fmt.Errorf("lock %s: %w", path, err)
 		}
 		if !announced {
-			fmt.Fprintln(progress, "another build of the Temporal CLI is in progress; waiting for it...")
+			fmt.Fprintf(progress, "%s is in progress in another process; waiting for it...\n", what)
 			announced = true
 		}
 		select {
 		case <-ctx.Done():
 			f.Close()
-			return nil, fmt.Errorf("waiting for the Temporal CLI build lock %s: %w", path, ctx.Err())
+			return nil, fmt.Errorf("waiting for %s (lock %s): %w", what, path, ctx.Err())
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
