@@ -7,8 +7,10 @@
 //	POST /notifications   a batch; 200 with a result per event, or 503 in an outage
 //	GET  /notifications   ?event_id=ID: that event's attempts and delivery
 //	GET  /admin/stats     counters; ?topic=T for one topic's
+//	GET  /admin/deliveries every delivery attempt in arrival order, and their
+//	                      summary per idempotency key; ?topic=T for one topic's
 //	GET  /admin/mode      the current behaviour
-//	PUT  /admin/mode      {"mode","delay"?,"event_ids"?,"count"?,"attempts"?} switches it
+//	PUT  /admin/mode      {"mode","delay"?,"event_ids"?,"count"?,"attempts"?,"lose_answers"?} switches it
 //
 // Modes:
 //
@@ -21,11 +23,22 @@
 //	          attempts only (attempts alone: every event, first attempts).
 //
 // Attempts are counted per event from the moment the mode was set. A delay
-// may be given with any mode.
+// may be given with any mode, and so may lose_answers: the next that many
+// requests are applied as the mode says, but answered 503, as an answer lost
+// on its way back; the sender must send them again under the same keys.
+//
+// Every attempt is also kept in a ledger (Deliveries), with the idempotency
+// key (the event ID) and a digest of the notification as sent, so a test
+// can tell a re-send (same key, same body: the consumer's at-least-once)
+// from a double effect (the key accepted twice) or an unstable key (same
+// key, another body). Summarize reads the ledger without trusting the
+// simulator's own dedupe.
 package notifysim
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -56,6 +69,9 @@ type Setting struct {
 	EventIDs []string `json:"event_ids,omitempty"`
 	Count    int      `json:"count,omitempty"`
 	Attempts int      `json:"attempts,omitempty"`
+	// LoseAnswers: the next this many requests take effect but are answered
+	// 503, so the sender re-sends what the receiver already took.
+	LoseAnswers int `json:"lose_answers,omitempty"`
 }
 
 // Duration reads and writes "250ms" style JSON strings (or nanoseconds).
@@ -108,6 +124,98 @@ type Event struct {
 	LastError   string    `json:"last_error,omitempty"`
 }
 
+// Result is what the simulator answered for one notification.
+type Result string
+
+const (
+	Accepted  Result = "accepted"  // taken: the effect happened
+	Duplicate Result = "duplicate" // its key was taken before: deduped, no effect
+	Rejected  Result = "rejected"  // refused (simulated failure)
+	Outage    Result = "outage"    // the whole request answered 503
+)
+
+// Delivery is one attempt to deliver one notification.
+type Delivery struct {
+	// Key is the idempotency key the sender gave (the event ID).
+	Key   string    `json:"key"`
+	Topic string    `json:"topic"`
+	At    time.Time `json:"at"`
+	// Body is the SHA-256 of the notification as received, re-encoded:
+	// copies of one event must carry the same body under the same key.
+	Body   string `json:"body_sha256"`
+	Result Result `json:"result"`
+}
+
+// Ledger sums up deliveries per idempotency key.
+type Ledger struct {
+	// Keys distinct idempotency keys; Attempts every delivery of them.
+	Keys     int `json:"keys"`
+	Attempts int `json:"attempts"`
+	// Effects counts accepted deliveries; with a receiver that dedupes it
+	// equals the keys that were ever accepted.
+	Effects int `json:"effects"`
+	// Resent counts deliveries of a key after it had been accepted: the
+	// sender's at-least-once (a crash between the answer and its record).
+	Resent int `json:"resent"`
+	// Retried counts deliveries of a key after a refusal and before it was
+	// accepted: the sender's retry policy at work.
+	Retried int `json:"retried"`
+	// DoubleEffects lists keys accepted more than once; BodyChanged keys
+	// sent with more than one body. Both must be empty.
+	DoubleEffects []string `json:"double_effects,omitempty"`
+	BodyChanged   []string `json:"body_changed,omitempty"`
+}
+
+// OK is the webhook half of the delivery guarantee: every key took effect
+// at most once and always carried the same body.
+func (l Ledger) OK() bool { return len(l.DoubleEffects) == 0 && len(l.BodyChanged) == 0 }
+
+// Summarize counts, from the deliveries alone, what happened per key.
+func Summarize(ds []Delivery) Ledger {
+	type perKey struct {
+		body               string
+		attempts, accepted int
+		changed            bool
+	}
+	keys := map[string]*perKey{}
+	var order []string
+	var l Ledger
+	for _, d := range ds {
+		k := keys[d.Key]
+		if k == nil {
+			k = &perKey{body: d.Body}
+			keys[d.Key] = k
+			order = append(order, d.Key)
+		}
+		if d.Body != k.body {
+			k.changed = true
+		}
+		switch {
+		case k.accepted > 0:
+			l.Resent++
+		case k.attempts > 0:
+			l.Retried++
+		}
+		k.attempts++
+		l.Attempts++
+		if d.Result == Accepted {
+			l.Effects++
+			k.accepted++
+		}
+	}
+	l.Keys = len(keys)
+	for _, key := range order {
+		k := keys[key]
+		if k.accepted > 1 {
+			l.DoubleEffects = append(l.DoubleEffects, key)
+		}
+		if k.changed {
+			l.BodyChanged = append(l.BodyChanged, key)
+		}
+	}
+	return l
+}
+
 // Server is a running simulator. State is in memory: a restart forgets
 // what was delivered.
 type Server struct {
@@ -118,8 +226,10 @@ type Server struct {
 	setting   Setting
 	failing   map[string]bool // event IDs rejected in this setting
 	countLeft int
+	loseLeft  int
 	attempts  map[string]int // per event, since the setting was set
 	events    map[string]*Event
+	ledger    []Delivery
 	total     Stats
 	byTopic   map[string]*Stats
 
@@ -183,6 +293,10 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /admin/stats", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, s.Stats(r.URL.Query().Get("topic")))
 	})
+	mux.HandleFunc("GET /admin/deliveries", func(w http.ResponseWriter, r *http.Request) {
+		ds := s.Deliveries(r.URL.Query().Get("topic"))
+		writeJSON(w, http.StatusOK, LedgerReport{Summary: Summarize(ds), Deliveries: ds})
+	})
 	mux.HandleFunc("GET /admin/mode", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, s.Setting())
 	})
@@ -210,8 +324,8 @@ func (s *Server) Set(st Setting) error {
 	default:
 		return fmt.Errorf("unknown mode %q: use healthy, slow or failing", st.Mode)
 	}
-	if st.Count < 0 || st.Attempts < 0 || st.Delay < 0 {
-		return errors.New("count, attempts and delay must not be negative")
+	if st.Count < 0 || st.Attempts < 0 || st.Delay < 0 || st.LoseAnswers < 0 {
+		return errors.New("count, attempts, lose_answers and delay must not be negative")
 	}
 	if st.Mode == Slow && st.Delay == 0 {
 		st.Delay = Duration(defaultSlowDelay)
@@ -224,6 +338,7 @@ func (s *Server) Set(st Setting) error {
 		s.failing[id] = true
 	}
 	s.countLeft = st.Count
+	s.loseLeft = st.LoseAnswers
 	s.attempts = map[string]int{}
 	return nil
 }
@@ -261,6 +376,26 @@ func (s *Server) Event(id string) (Event, bool) {
 	return *e, true
 }
 
+// LedgerReport is the answer of GET /admin/deliveries.
+type LedgerReport struct {
+	Summary    Ledger     `json:"summary"`
+	Deliveries []Delivery `json:"deliveries"`
+}
+
+// Deliveries returns every delivery attempt of one topic (all with ""), in
+// the order they arrived.
+func (s *Server) Deliveries(topic string) []Delivery {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]Delivery, 0, len(s.ledger))
+	for _, d := range s.ledger {
+		if topic == "" || d.Topic == topic {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
 func (s *Server) receive(w http.ResponseWriter, r *http.Request) {
 	var req activities.WebhookRequest
 	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<20)).Decode(&req); err != nil {
@@ -275,9 +410,13 @@ func (s *Server) receive(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	resp, outage := s.apply(req)
+	resp, outage, lost := s.apply(req)
 	if outage {
 		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "notification service unavailable (simulated outage)"})
+		return
+	}
+	if lost {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "answer lost on its way back (simulated; the notifications were taken)"})
 		return
 	}
 	writeJSON(w, http.StatusOK, resp)
@@ -285,19 +424,23 @@ func (s *Server) receive(w http.ResponseWriter, r *http.Request) {
 
 // apply decides each notification in order, under one lock, so that the
 // counters and the dedupe set always agree.
-func (s *Server) apply(req activities.WebhookRequest) (activities.WebhookResponse, bool) {
+func (s *Server) apply(req activities.WebhookRequest) (resp activities.WebhookResponse, outage, lost bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.total.Requests++
 	st := s.setting
-	outage := st.Mode == Failing && len(st.EventIDs) == 0 && st.Count == 0 && st.Attempts == 0
+	outage = st.Mode == Failing && len(st.EventIDs) == 0 && st.Count == 0 && st.Attempts == 0
 	if outage {
 		s.total.Outages++
+	} else if s.loseLeft > 0 {
+		s.loseLeft--
+		lost = true
 	}
-	resp := activities.WebhookResponse{Results: make([]activities.WebhookResult, 0, len(req.Notifications))}
+	resp = activities.WebhookResponse{Results: make([]activities.WebhookResult, 0, len(req.Notifications))}
 	now := time.Now()
 	counted := map[string]bool{}
 	for _, n := range req.Notifications {
+		d := Delivery{Key: n.EventID, Topic: n.Topic, At: now, Body: bodyDigest(n)}
 		e := s.events[n.EventID]
 		if e == nil {
 			e = &Event{EventID: n.EventID, Topic: n.Topic, FirstAt: now}
@@ -318,6 +461,8 @@ func (s *Server) apply(req activities.WebhookRequest) (activities.WebhookRespons
 		}
 		if outage {
 			e.LastError = "outage"
+			d.Result = Outage
+			s.ledger = append(s.ledger, d)
 			continue
 		}
 		s.total.Received++
@@ -328,20 +473,37 @@ func (s *Server) apply(req activities.WebhookRequest) (activities.WebhookRespons
 			e.LastError = fmt.Sprintf("rejected (simulated failure, attempt %d)", s.attempts[n.EventID])
 			resp.Results = append(resp.Results, activities.WebhookResult{EventID: n.EventID, Status: activities.WebhookRejected,
 				Error: e.LastError})
+			d.Result = Rejected
+			s.ledger = append(s.ledger, d)
 			continue
 		}
 		if e.Delivered {
 			s.total.Duplicates++
 			ts.Duplicates++
 			resp.Results = append(resp.Results, activities.WebhookResult{EventID: n.EventID, Status: activities.WebhookDuplicate})
+			d.Result = Duplicate
+			s.ledger = append(s.ledger, d)
 			continue
 		}
 		e.Delivered, e.DeliveredAt, e.LastError = true, now, ""
 		s.total.Delivered++
 		ts.Delivered++
 		resp.Results = append(resp.Results, activities.WebhookResult{EventID: n.EventID, Status: activities.WebhookAccepted})
+		d.Result = Accepted
+		s.ledger = append(s.ledger, d)
 	}
-	return resp, outage
+	return resp, outage, lost
+}
+
+// bodyDigest hashes a notification as decoded and encoded again, so the
+// batch it came in and its position there do not matter.
+func bodyDigest(n activities.WebhookNotification) string {
+	b, err := json.Marshal(n)
+	if err != nil {
+		return "unencodable: " + err.Error()
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
 }
 
 // rejects counts an attempt at id and says whether this setting refuses it.
