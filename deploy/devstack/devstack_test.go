@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"os"
 	osexec "os/exec"
@@ -249,8 +250,8 @@ func TestKafkaRestartKeepsMessages(t *testing.T) {
 	}
 }
 
-// TestTemporalRestartKeepsSearchAttributes needs the temporal CLI; when
-// bin/temporal does not exist yet it is built, which takes minutes.
+// TestTemporalRestartKeepsSearchAttributes needs the temporal CLI; when it
+// is not in the user cache yet it is built, which takes minutes.
 func TestTemporalRestartKeepsSearchAttributes(t *testing.T) {
 	bin := temporalBinary(t)
 
@@ -427,8 +428,10 @@ func TestTemporalDiesWithParent(t *testing.T) {
 }
 
 // TestTemporalCLIBuild builds the CLI from a copy of tools/ into a scratch
-// repo root. Opt-in (DEVSTACK_TEST_BUILD=1): cold it takes minutes and
-// ~1.8 GB of RAM; with a warm build cache well under a minute.
+// user cache. Opt-in (DEVSTACK_TEST_BUILD=1): cold it takes minutes and
+// ~1.8 GB of RAM; with the Go build cache warm from an earlier build of the
+// same tools/go.mod (as in CI, right after building the CLI) only the link
+// step runs.
 func TestTemporalCLIBuild(t *testing.T) {
 	if os.Getenv("DEVSTACK_TEST_BUILD") != "1" {
 		t.Skip("set DEVSTACK_TEST_BUILD=1 to build the temporal CLI from tools/go.mod")
@@ -454,8 +457,32 @@ func TestTemporalCLIBuild(t *testing.T) {
 	if err := os.MkdirAll(sub, 0o755); err != nil {
 		t.Fatal(err)
 	}
+	// The go command keeps its own caches under GOCACHE/GOMODCACHE, which
+	// default to the user cache too: pin them so that moving the user
+	// cache does not make this a cold build.
+	for _, v := range []string{"GOCACHE", "GOMODCACHE"} {
+		out, err := osexec.Command("go", "env", v).Output()
+		if err != nil {
+			t.Fatalf("go env %s: %v", v, err)
+		}
+		t.Setenv(v, strings.TrimSpace(string(out)))
+	}
+	cache := t.TempDir()
+	t.Setenv("XDG_CACHE_HOME", cache)
 	t.Chdir(sub)
 	t.Setenv("TEMPORAL_CLI", "")
+
+	want, err := TemporalCLIPath(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	version, err := temporalCLIVersion(filepath.Join(repo, "tools", "go.mod"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if exp := filepath.Join(cache, "claimflow", "temporal-cli", version, "temporal"); want != exp {
+		t.Fatalf("TemporalCLIPath = %q, want %q", want, exp)
+	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
@@ -466,13 +493,13 @@ func TestTemporalCLIBuild(t *testing.T) {
 		err  error
 	}
 	results := make(chan result, 2)
+	began := time.Now()
 	for range 2 {
 		go func() {
 			p, err := TemporalCLI(ctx, tWriter{t})
 			results <- result{p, err}
 		}()
 	}
-	want := filepath.Join(root, "bin", "temporal")
 	for range 2 {
 		r := <-results
 		if r.err != nil {
@@ -482,13 +509,55 @@ func TestTemporalCLIBuild(t *testing.T) {
 			t.Errorf("TemporalCLI = %q, want %q", r.path, want)
 		}
 	}
+	t.Logf("built in %s", time.Since(began).Round(time.Second))
 	out, err := osexec.Command(want, "--version").CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "Server") {
 		t.Fatalf("%s --version: %v\n%s", want, err, out)
 	}
-	leftovers, _ := filepath.Glob(filepath.Join(root, "bin", "temporal.tmp-*"))
+	leftovers, _ := filepath.Glob(filepath.Join(filepath.Dir(want), "temporal.tmp-*"))
 	if len(leftovers) > 0 {
 		t.Errorf("temp build outputs left behind: %v", leftovers)
+	}
+	if _, err := os.Stat(filepath.Join(root, "bin")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the build wrote into the clone's bin/ (stat: %v)", err)
+	}
+
+	// A second clone of the same version finds the cached binary at once.
+	clone2 := t.TempDir()
+	if err := os.CopyFS(filepath.Join(clone2, "tools"), os.DirFS(filepath.Join(root, "tools"))); err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(clone2)
+	began = time.Now()
+	p, err := TemporalCLI(ctx, tWriter{t})
+	if err != nil || p != want {
+		t.Fatalf("second clone: TemporalCLI = %q, %v; want %q", p, err, want)
+	}
+	if took := time.Since(began); took > 5*time.Second {
+		t.Errorf("second clone took %s to find the cached CLI", took)
+	}
+}
+
+func TestTemporalCLIVersionFromGoMod(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct{ mod, want string }{
+		{"module x\n\nrequire (\n\tgithub.com/temporalio/cli v1.5.1 // indirect\n\tgithub.com/temporalio/cli/cliext v0.1.0\n)\n", "v1.5.1"},
+		{"module x\nrequire github.com/temporalio/cli v1.9.9\n", "v1.9.9"},
+	} {
+		p := filepath.Join(dir, "go.mod")
+		if err := os.WriteFile(p, []byte(tc.mod), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		got, err := temporalCLIVersion(p)
+		if err != nil || got != tc.want {
+			t.Errorf("temporalCLIVersion(%q) = %q, %v; want %q", tc.mod, got, err, tc.want)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, "go.mod"), []byte("module x\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := temporalCLIVersion(filepath.Join(dir, "go.mod")); err == nil {
+		t.Error("a go.mod without the CLI gave no error")
 	}
 }
 
@@ -497,8 +566,10 @@ func TestTemporalCLIBuild(t *testing.T) {
 func temporalBinary(t *testing.T) string {
 	t.Helper()
 	if os.Getenv("TEMPORAL_CLI") == "" && testing.Short() {
-		if root, err := findRepoRoot("."); err == nil && !isExecutable(filepath.Join(root, "bin", "temporal")) {
-			t.Skip("bin/temporal is not built and -short is set")
+		if root, err := findRepoRoot("."); err == nil {
+			if bin, err := TemporalCLIPath(root); err == nil && !isExecutable(bin) {
+				t.Skip("the Temporal CLI is not built yet (" + bin + ") and -short is set")
+			}
 		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)

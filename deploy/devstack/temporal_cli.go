@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -17,14 +18,20 @@ import (
 // temporalCLIPackage is built from tools/go.mod, which pins the CLI version.
 // It cannot live in the main go.mod: the server it embeds needs an older
 // go.temporal.io/api than the SDK the application uses.
-const temporalCLIPackage = "github.com/temporalio/cli/cmd/temporal"
+const (
+	temporalCLIModule  = "github.com/temporalio/cli"
+	temporalCLIPackage = temporalCLIModule + "/cmd/temporal"
+)
 
 // TemporalCLI returns the path to a `temporal` CLI binary, building it on
-// first use. Lookup order: $TEMPORAL_CLI if it names an executable file, then
-// <repo>/bin/temporal, otherwise it builds <repo>/bin/temporal from
-// <repo>/tools (the repo root is the first directory above the working
-// directory that contains tools/go.mod). A cold build takes minutes and about
-// 1.8 GB of RAM, so it reports progress to progress (which may be nil).
+// first use. Lookup order: $TEMPORAL_CLI if it names an executable file,
+// then <user cache dir>/claimflow/temporal-cli/<version>/temporal, where
+// <version> is the CLI version pinned in <repo>/tools/go.mod (the repo root is
+// the first directory above the working directory that contains
+// tools/go.mod); otherwise it builds that binary from <repo>/tools. The cache
+// is per user, not per clone: a cold build takes minutes and about 1.8 GB of
+// RAM, and every clone of the same version reuses it. Progress goes to
+// progress (which may be nil).
 func TemporalCLI(ctx context.Context, progress io.Writer) (string, error) {
 	if progress == nil {
 		progress = io.Discard
@@ -33,7 +40,7 @@ func TemporalCLI(ctx context.Context, progress io.Writer) (string, error) {
 		if isExecutable(p) {
 			return p, nil
 		}
-		slog.WarnContext(ctx, "TEMPORAL_CLI is not an executable file; falling back to the repo's bin/temporal", "TEMPORAL_CLI", p)
+		slog.WarnContext(ctx, "TEMPORAL_CLI is not an executable file; falling back to the user cache", "TEMPORAL_CLI", p)
 	}
 
 	wd, err := os.Getwd()
@@ -44,7 +51,10 @@ func TemporalCLI(ctx context.Context, progress io.Writer) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	bin := filepath.Join(root, "bin", "temporal")
+	bin, err := TemporalCLIPath(root)
+	if err != nil {
+		return "", err
+	}
 	if isExecutable(bin) {
 		return bin, nil
 	}
@@ -53,8 +63,9 @@ func TemporalCLI(ctx context.Context, progress io.Writer) (string, error) {
 		return "", fmt.Errorf("create %s: %w", filepath.Dir(bin), err)
 	}
 	// Two processes (say, test binaries of two packages run by one `go test
-	// ./...`) must not both spend minutes and gigabytes on the same build.
-	unlock, err := lockFile(ctx, filepath.Join(root, "bin", ".temporal.build.lock"), progress, "a build of the Temporal CLI")
+	// ./...`, or two clones) must not both spend minutes and gigabytes on
+	// the same build.
+	unlock, err := lockFile(ctx, filepath.Join(filepath.Dir(bin), ".build.lock"), progress, "a build of the Temporal CLI")
 	if err != nil {
 		return "", err
 	}
@@ -66,6 +77,42 @@ func TemporalCLI(ctx context.Context, progress io.Writer) (string, error) {
 		return "", err
 	}
 	return bin, nil
+}
+
+// TemporalCLIPath is where TemporalCLI keeps the CLI built from root's
+// tools/go.mod: <user cache dir>/claimflow/temporal-cli/<version>/temporal.
+// .ci/run builds to the same place.
+func TemporalCLIPath(root string) (string, error) {
+	version, err := temporalCLIVersion(filepath.Join(root, "tools", "go.mod"))
+	if err != nil {
+		return "", err
+	}
+	cache, err := os.UserCacheDir()
+	if err != nil {
+		return "", fmt.Errorf("locate the user cache directory for the Temporal CLI (set XDG_CACHE_HOME or HOME, or set TEMPORAL_CLI): %w", err)
+	}
+	return filepath.Join(cache, "claimflow", "temporal-cli", version, "temporal"), nil
+}
+
+// temporalCLIVersion reads the version of the CLI module required by
+// tools/go.mod, which keys the cache: a version bump builds anew.
+func temporalCLIVersion(goMod string) (string, error) {
+	b, err := os.ReadFile(goMod)
+	if err != nil {
+		return "", fmt.Errorf("read the pinned Temporal CLI version: %w", err)
+	}
+	// A line scan is enough for `require` lines in either block or single
+	// form, and spares a dependency on a go.mod parser.
+	for line := range strings.Lines(string(b)) {
+		f := strings.Fields(line)
+		if len(f) > 0 && f[0] == "require" {
+			f = f[1:]
+		}
+		if len(f) >= 2 && f[0] == temporalCLIModule {
+			return f[1], nil
+		}
+	}
+	return "", fmt.Errorf("%s requires no %s: cannot tell which Temporal CLI version to build", goMod, temporalCLIModule)
 }
 
 // findRepoRoot walks up from dir to the first directory holding tools/go.mod.
@@ -113,7 +160,7 @@ func lockFile(ctx context.Context, path string, progress io.Writer, what string)
 			return nil, fmt.Errorf("lock %s: %w", path, err)
 		}
 		if !announced {
-			fmt.Fprintf(progress, "%s is in progress in another process; waiting for it...\n", what)
+			fmt.Fprintf(progress, "%s is already in progress; waiting for it...\n", what)
 			announced = true
 		}
 		select {
@@ -131,7 +178,7 @@ func buildTemporalCLI(ctx context.Context, root, bin string, progress io.Writer)
 		return fmt.Errorf("the Temporal CLI is not built and the go toolchain is not on PATH to build it: install Go or set TEMPORAL_CLI: %w", err)
 	}
 	// Build next to the target and rename, so an interrupted build never
-	// leaves a truncated bin/temporal that later runs would trust.
+	// leaves a truncated binary that later runs would trust.
 	tmp := fmt.Sprintf("%s.tmp-%d", bin, os.Getpid())
 	defer os.Remove(tmp)
 
@@ -145,7 +192,7 @@ func buildTemporalCLI(ctx context.Context, root, bin string, progress io.Writer)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 
-	fmt.Fprintln(progress, "building the Temporal CLI (first use, takes a few minutes)...")
+	fmt.Fprintf(progress, "building the Temporal CLI into %s (once per version and user; a few minutes on a cold Go build cache)...\n", bin)
 	start := time.Now()
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start `go build %s`: %w", temporalCLIPackage, err)
