@@ -1,0 +1,375 @@
+package activities
+
+// The consumer's dedupe, contended where it lives: the consumer's batch step
+// (Consumer.apply, fed by a fake session instead of Kafka), the durable
+// path's DeliverNotification and the sink's insert, each given the same
+// events again, within one batch, in a later batch and from two consumers
+// at once. One notifications row per event_id, and the webhook is not sent
+// an event the table already holds.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/IBM/sarama"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/testsuite"
+
+	"github.com/claimflow/claimflow/workflows"
+)
+
+// webhookCounter is a notification webhook that accepts everything and
+// counts how often it was sent each event.
+type webhookCounter struct {
+	*httptest.Server
+	mu   sync.Mutex
+	sent map[string]int
+}
+
+func newWebhookCounter(t *testing.T) *webhookCounter {
+	w := &webhookCounter{sent: map[string]int{}}
+	w.Server = httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		var req WebhookRequest
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+			http.Error(rw, err.Error(), http.StatusBadRequest)
+			return
+		}
+		w.mu.Lock()
+		for _, n := range req.Notifications {
+			w.sent[n.EventID]++
+		}
+		w.mu.Unlock()
+		rw.WriteHeader(http.StatusOK) // an empty body: all accepted
+	}))
+	t.Cleanup(w.Close)
+	return w
+}
+
+func (w *webhookCounter) count(id string) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.sent[id]
+}
+
+// fakeSession is the consumer group session of one batch.
+type fakeSession struct {
+	ctx    context.Context
+	mu     sync.Mutex
+	marked []int64
+}
+
+func (s *fakeSession) Claims() map[string][]int32               { return nil }
+func (s *fakeSession) MemberID() string                         { return "test-member" }
+func (s *fakeSession) GenerationID() int32                      { return 1 }
+func (s *fakeSession) MarkOffset(string, int32, int64, string)  {}
+func (s *fakeSession) Commit()                                  {}
+func (s *fakeSession) ResetOffset(string, int32, int64, string) {}
+func (s *fakeSession) Context() context.Context                 { return s.ctx }
+func (s *fakeSession) MarkMessage(m *sarama.ConsumerMessage, _ string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.marked = append(s.marked, m.Offset)
+}
+
+// noHandOff is a Temporal that must not be asked: every event here is
+// well-formed and the webhook takes it inline.
+type noHandOff struct{ t *testing.T }
+
+func (n noHandOff) ExecuteWorkflow(_ context.Context, o client.StartWorkflowOptions, _ any, _ ...any) (client.WorkflowRun, error) {
+	n.t.Errorf("event handed to a DeliverEvent run (%s); the inline attempt should have delivered it", o.ID)
+	return nil, errors.New("test: no Temporal")
+}
+
+func eventRecord(topic string, offset int64, eventID, student string) *sarama.ConsumerMessage {
+	v, _ := json.Marshal(map[string]any{
+		"event_id": eventID, "type": workflows.EventEnrollmentConfirmed, "occurred_at": time.Now(),
+		"data": map[string]any{"student_id": student},
+	})
+	return &sarama.ConsumerMessage{Topic: topic, Partition: 0, Offset: offset, Key: []byte(student), Value: v,
+		Headers: []*sarama.RecordHeader{{Key: []byte("event_id"), Value: []byte(eventID)}}}
+}
+
+// notificationsOf counts the notifications rows of each event.
+func notificationsOf(t *testing.T, db *pgxpool.Pool, ids []string) map[string]int {
+	t.Helper()
+	rows, err := db.Query(context.Background(), `SELECT event_id, count(*) FROM notifications WHERE event_id = ANY($1) GROUP BY event_id`, ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	out := map[string]int{}
+	for rows.Next() {
+		var id string
+		var n int
+		if err := rows.Scan(&id, &n); err != nil {
+			t.Fatal(err)
+		}
+		out[id] = n
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func assertOneRowEach(t *testing.T, db *pgxpool.Pool, ids []string) {
+	t.Helper()
+	got := notificationsOf(t, db, ids)
+	for _, id := range ids {
+		if got[id] != 1 {
+			t.Errorf("event %s: %d notifications rows, want 1", id, got[id])
+		}
+	}
+}
+
+func testConsumer(t *testing.T, db *pgxpool.Pool, webhook string) *Consumer {
+	log := slog.New(slog.NewTextHandler(testLogWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	return &Consumer{
+		cfg: ConsumerConfig{Sink: &Sink{DB: db, WebhookURL: webhook}, Temporal: noHandOff{t}, Log: log,
+			MaxBatch: DefaultConsumerBatch, DrainTimeout: time.Second},
+		log: log,
+	}
+}
+
+// applyBatch runs the consumer's batch step on records; a step that keeps
+// failing gives up when the session ends after a few seconds.
+func applyBatch(t *testing.T, c *Consumer, batch []*sarama.ConsumerMessage) (*fakeSession, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	s := &fakeSession{ctx: ctx}
+	return s, c.apply(s, batch)
+}
+
+// The consumer applies each event once: two copies within a batch are sent
+// and recorded once; a batch delivered again (after a crash before the
+// commit) sends nothing and records nothing; two consumers applying the same
+// records at once (a rebalance) leave one row per event.
+func TestConsumerAppliesEachEventOnce(t *testing.T) {
+	db, p := testDB(t)
+	hook := newWebhookCounter(t)
+	topic := p + "enrollments"
+	var ids []string
+	var batch []*sarama.ConsumerMessage
+	copies := map[string]int{}
+	for i := range 5 {
+		id := fmt.Sprintf("%se%d/%s", p, i, workflows.EventEnrollmentConfirmed)
+		ids = append(ids, id)
+		for range 1 + i%2 { // odd events twice: the publisher's retry after a lost ack
+			batch = append(batch, eventRecord(topic, int64(len(batch)), id, fmt.Sprintf("s%d", i)))
+			copies[id]++
+		}
+	}
+	c := testConsumer(t, db, hook.URL)
+
+	s, err := applyBatch(t, c, batch)
+	if err != nil {
+		t.Fatalf("apply: %v", err)
+	}
+	if last := batch[len(batch)-1].Offset; len(s.marked) != 1 || s.marked[0] != last {
+		t.Errorf("marked offsets %v, want [%d]", s.marked, last)
+	}
+	for _, id := range ids {
+		if n := hook.count(id); n != 1 {
+			t.Errorf("event %s sent to the webhook %d times in a batch holding it %d times, want once", id, n, copies[id])
+		}
+	}
+	assertOneRowEach(t, db, ids)
+
+	// Redelivered: nothing is sent or written again.
+	if _, err := applyBatch(t, c, batch); err != nil {
+		t.Fatalf("apply the redelivered batch: %v", err)
+	}
+	for _, id := range ids {
+		if n := hook.count(id); n != 1 {
+			t.Errorf("event %s sent to the webhook %d times after a redelivery of a delivered batch, want once", id, n)
+		}
+	}
+	assertOneRowEach(t, db, ids)
+
+	// Two consumers at once on the same new records, three rounds.
+	for round := range 3 {
+		var fresh []string
+		var records []*sarama.ConsumerMessage
+		for i := range 6 {
+			id := fmt.Sprintf("%sr%d-e%d/%s", p, round, i, workflows.EventEnrollmentConfirmed)
+			fresh = append(fresh, id)
+			records = append(records, eventRecord(topic, int64(100*(round+1)+i), id, fmt.Sprintf("s%d", i)))
+		}
+		concurrently(2, func(int) {
+			if _, err := applyBatch(t, testConsumer(t, db, hook.URL), records); err != nil {
+				t.Errorf("round %d: apply: %v", round, err)
+			}
+		})
+		assertOneRowEach(t, db, fresh)
+		for _, id := range fresh {
+			if n := hook.count(id); n < 1 || n > 2 {
+				t.Errorf("event %s sent %d times by two consumers, want 1 or 2 (at least once)", id, n)
+			}
+		}
+	}
+}
+
+// The sink's insert is the dedupe record: the same notifications written
+// again, one after the other and from several writers at once, leave one row
+// each and no error, and the first write's row stays.
+func TestSinkRecordIsIdempotent(t *testing.T) {
+	db, p := testDB(t)
+	ctx := context.Background()
+	sink := &Sink{DB: db}
+	var ns []notification
+	var ids []string
+	for i := range 8 {
+		id := fmt.Sprintf("%se%d/x", p, i)
+		ids = append(ids, id)
+		n, err := newNotification(ParseEvent(eventRecord(p+"topic", int64(i), id, "s")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ns = append(ns, n)
+	}
+	if err := sink.record(ctx, ns[:3], pathConsumer); err != nil {
+		t.Fatal(err)
+	}
+	concurrently(6, func(i int) {
+		path := pathConsumer
+		if i%2 == 1 {
+			path = pathWorkflow
+		}
+		if err := sink.record(ctx, ns, path); err != nil {
+			t.Errorf("record again: %v", err)
+		}
+	})
+	if err := sink.record(ctx, ns, pathWorkflow); err != nil {
+		t.Fatalf("record once more: %v", err)
+	}
+	assertOneRowEach(t, db, ids)
+	var consumerRows int
+	if err := db.QueryRow(ctx, `SELECT count(*) FROM notifications WHERE event_id = ANY($1) AND path = 'consumer'`, ids[:3]).Scan(&consumerRows); err != nil {
+		t.Fatal(err)
+	}
+	if consumerRows != 3 {
+		t.Errorf("%d of the 3 first-written rows kept their path, want 3", consumerRows)
+	}
+}
+
+// The durable path delivers an event once: an event the consumer delivered
+// is not sent again, and a retried or concurrent DeliverNotification of a
+// new event leaves one row, the later attempts answering AlreadyDone
+// without a webhook call.
+func TestDeliverNotificationOnce(t *testing.T) {
+	db, p := testDB(t)
+	hook := newWebhookCounter(t)
+	a := testActivities(t, db)
+	a.Sink = &Sink{DB: db, WebhookURL: hook.URL}
+	deliver := func(ev workflows.ConsumedEvent) (workflows.DeliverNotificationResult, error) {
+		var res workflows.DeliverNotificationResult
+		env := (&testsuite.WorkflowTestSuite{}).NewTestActivityEnvironment()
+		env.RegisterActivity(a.DeliverNotification)
+		v, err := env.ExecuteActivity(a.DeliverNotification, workflows.DeliverNotificationInput{Event: ev})
+		if err != nil {
+			return res, err
+		}
+		return res, v.Get(&res)
+	}
+
+	// Delivered by the consumer first.
+	done := p + "done/" + workflows.EventEnrollmentConfirmed
+	c := testConsumer(t, db, hook.URL)
+	if _, err := applyBatch(t, c, []*sarama.ConsumerMessage{eventRecord(p+"topic", 0, done, "s1")}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := deliver(ParseEvent(eventRecord(p+"topic", 0, done, "s1")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.AlreadyDone || hook.count(done) != 1 {
+		t.Errorf("delivering an event the consumer delivered: AlreadyDone %v, webhook got it %d times; want true, 1",
+			res.AlreadyDone, hook.count(done))
+	}
+
+	// New: delivered by several attempts at once, then retried.
+	fresh := p + "fresh/" + workflows.EventEnrollmentConfirmed
+	ev := ParseEvent(eventRecord(p+"topic", 1, fresh, "s2"))
+	concurrently(4, func(int) {
+		if _, err := deliver(ev); err != nil {
+			t.Errorf("deliver: %v", err)
+		}
+	})
+	sent := hook.count(fresh)
+	res, err = deliver(ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.AlreadyDone || hook.count(fresh) != sent {
+		t.Errorf("a retry after the delivery: AlreadyDone %v, webhook sends %d → %d; want true and no new send",
+			res.AlreadyDone, sent, hook.count(fresh))
+	}
+	assertOneRowEach(t, db, []string{done, fresh})
+}
+
+// A publish that fails round after round, recorded from several attempts at
+// once, is one dead letter (per stage) with the highest round; the
+// enrollment keeps its seat, dead-lettered.
+func TestRecordDeadLetterOnePerEvent(t *testing.T) {
+	db, p := testDB(t)
+	a := testActivities(t, db)
+	ctx := context.Background()
+	course := p + "c"
+	addCourse(t, db, course, 2)
+	in := seatInput(p, "e1", course, "s1")
+	if _, err := a.ReserveSeat(ctx, in); err != nil {
+		t.Fatal(err)
+	}
+	eventID := workflows.EventID(in.EnrollmentID, workflows.EventEnrollmentConfirmed)
+	msg := workflows.Message{Topic: p + "enrollments", Key: "s1", Event: workflows.Event{
+		ID: eventID, Type: workflows.EventEnrollmentConfirmed, OccurredAt: time.Now(), Data: map[string]any{"student_id": "s1"}}}
+	concurrently(6, func(i int) {
+		_, err := a.RecordDeadLetter(ctx, workflows.DeadLetterInput{Message: msg, WorkflowID: in.WorkflowID, RunID: "run-1",
+			EnrollmentID: in.EnrollmentID, Error: "broker down", Round: 1 + i%3})
+		if err != nil {
+			t.Errorf("record dead letter: %v", err)
+		}
+	})
+	value, _ := json.Marshal(msg.Event)
+	consumed := workflows.ConsumedEvent{Topic: msg.Topic, Key: "s1", EventID: eventID, EventType: msg.Event.Type, Value: string(value)}
+	concurrently(4, func(i int) {
+		_, err := a.RecordConsumeDeadLetter(ctx, workflows.ConsumeDeadLetterInput{Event: consumed, WorkflowID: "deliver-" + eventID,
+			RunID: fmt.Sprint("run-", i), Error: "webhook down", Round: 1})
+		if err != nil {
+			t.Errorf("record consume dead letter: %v", err)
+		}
+	})
+	rows, err := db.Query(ctx, `SELECT stage, count(*), max(rounds) FROM dead_letters WHERE event_id = $1 GROUP BY stage ORDER BY stage`, eventID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	got := map[string][2]int{}
+	for rows.Next() {
+		var stage string
+		var n, rounds int
+		if err := rows.Scan(&stage, &n, &rounds); err != nil {
+			t.Fatal(err)
+		}
+		got[stage] = [2]int{n, rounds}
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if want := map[string][2]int{"consume": {1, 1}, "publish": {1, 3}}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("dead letters of %s (stage: rows, rounds) = %v, want %v", eventID, got, want)
+	}
+	if s := statusOf(t, db, in.EnrollmentID); s != "dead_lettered" {
+		t.Errorf("enrollment is %s, want dead_lettered", s)
+	}
+	assertSeats(t, db, course, 1)
+}
