@@ -3,39 +3,53 @@ package main
 import (
 	"cmp"
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/IBM/sarama"
 	"github.com/jackc/pgx/v5/pgxpool"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
 
 	"github.com/claimflow/claimflow/activities"
+	"github.com/claimflow/claimflow/deploy/notifysim"
 	"github.com/claimflow/claimflow/workflows"
 )
 
-// auditReport compares what is on the consumed topics with what the
-// consumer delivered. Every distinct event ID on the topics lands in exactly
-// one of delivered, in_retry, dead_lettered, discarded, not_yet_consumed and
-// lost.
+// auditReport checks the delivery guarantee (docs/testing.md, "The delivery
+// guarantee") on consumed topics against the notifications table, and
+// against the webhook receiver's ledger when it has one. Every distinct
+// event ID on the topics lands in exactly one of delivered, in_retry,
+// dead_lettered, discarded, not_yet_consumed and lost.
 type auditReport struct {
 	Topics        []string `json:"topics"`
 	MissingTopics []string `json:"missing_topics,omitempty"`
 	Group         string   `json:"group"`
-	// Records on the topics; Events distinct event IDs among them;
-	// Republished the extra copies of an ID (a publisher's retry after a
-	// lost ack), which the consumer must treat as one event.
-	Records     int `json:"records"`
-	Events      int `json:"events"`
-	Republished int `json:"republished"`
+	// Records on the topics; Events distinct event IDs among them.
+	Records int `json:"records"`
+	Events  int `json:"events"`
+	// Redelivered counts the copies of an event ID beyond the first, with
+	// the same payload: the topic is at-least-once (a publisher's retry
+	// after a lost ack), the consumer treats them as one event. Not a fault.
+	Redelivered int `json:"redelivered"`
+	// PayloadMismatches are event IDs whose copies differ: two events under
+	// one ID, of which the consumer keeps one and silently drops the other.
+	PayloadMismatches int `json:"payload_mismatches"`
+	// ClaimDuplicates are events that repeat another event's type and data
+	// under a different event ID: a republish whose ID was not derived from
+	// the claim, which no consumer can dedupe.
+	ClaimDuplicates int `json:"claim_duplicates"`
 	// Delivered have a notification, ViaWorkflow of them through the
 	// DeliverEvent retry path.
 	Delivered   int `json:"delivered"`
@@ -43,29 +57,46 @@ type auditReport struct {
 	// Lost were consumed (below the group's committed offset) yet have no
 	// notification, no dead letter and no delivery run in progress.
 	Lost int `json:"lost"`
-	// Duplicates are notifications beyond the first for one event ID.
-	Duplicates     int `json:"duplicates"`
-	InRetry        int `json:"in_retry"`
-	DeadLettered   int `json:"dead_lettered"`
-	Discarded      int `json:"discarded"`
-	NotYetConsumed int `json:"not_yet_consumed"`
+	// DuplicateEffects are notification rows beyond the first for one
+	// claim (topic, event type and data) under different event IDs: the
+	// student notified twice. The event ID is the table's primary key, so
+	// a second row can only come under another ID; that is where to look.
+	DuplicateEffects int `json:"duplicate_effects"`
+	InRetry          int `json:"in_retry"`
+	DeadLettered     int `json:"dead_lettered"`
+	Discarded        int `json:"discarded"`
+	NotYetConsumed   int `json:"not_yet_consumed"`
 	// Late events were delivered after a later event of their key; the
 	// README promises that only retried events arrive late, so
 	// LateInline must be 0.
 	Late       int `json:"late"`
 	LateInline int `json:"late_inline"`
-	// Foreign notifications name these topics but no event on them (the
-	// topic's retention removed it, or the topic was recreated).
-	Foreign int `json:"foreign_notifications"`
-	// LostIDs and DuplicateIDs list the first few, to start looking.
+	// Orphans are notifications whose position is still kept on the topic
+	// but which name no event there: a row without an event. Expired ones
+	// point below the oldest offset kept (retention removed the event).
+	Orphans int `json:"orphan_notifications"`
+	Expired int `json:"expired_notifications"`
+	// Webhook sums up the receiver's ledger (-webhook-ledger): re-sends
+	// under one idempotency key are at-least-once, a key taking effect twice
+	// or changing its body is a fault.
+	Webhook *notifysim.Ledger `json:"webhook,omitempty"`
+	// The first few IDs of each fault, to start looking.
 	LostIDs      []string `json:"lost_event_ids,omitempty"`
-	DuplicateIDs []string `json:"duplicate_event_ids,omitempty"`
+	DuplicateIDs []string `json:"duplicate_effect_event_ids,omitempty"`
+	MismatchIDs  []string `json:"payload_mismatch_event_ids,omitempty"`
+	ClaimIDs     []string `json:"claim_duplicate_event_ids,omitempty"`
+	OrphanIDs    []string `json:"orphan_event_ids,omitempty"`
 	Took         string   `json:"took"`
 }
 
-// OK is what the audit proves: nothing lost, nothing doubled, inline
-// deliveries in key order.
-func (r auditReport) OK() bool { return r.Lost == 0 && r.Duplicates == 0 && r.LateInline == 0 }
+// OK is what the audit proves: nothing lost, no effect twice, copies of an
+// event identical, no row without an event, inline deliveries in key order.
+// Redelivered copies and webhook re-sends are the guarantee working, not a
+// fault.
+func (r auditReport) OK() bool {
+	return r.Lost == 0 && r.DuplicateEffects == 0 && r.PayloadMismatches == 0 && r.ClaimDuplicates == 0 &&
+		r.Orphans == 0 && r.LateInline == 0 && (r.Webhook == nil || r.Webhook.OK())
+}
 
 type auditInput struct {
 	Kafka  activities.KafkaConfig
@@ -74,7 +105,10 @@ type auditInput struct {
 	DB     *pgxpool.Pool
 	// Temporal, when set, tells events still being retried from lost ones.
 	Temporal client.Client
-	// Show bounds LostIDs and DuplicateIDs.
+	// Webhook, when set, returns the receiver's delivery attempts of the
+	// topics (the simulator's ledger).
+	Webhook func(ctx context.Context, topics []string) ([]notifysim.Delivery, error)
+	// Show bounds the listed IDs.
 	Show int
 }
 
@@ -85,19 +119,79 @@ type delivered struct {
 	key       string
 	path      string
 	seq       int64
+	// claim is the event type and data: one effect per claim.
+	claim string
+}
+
+// topicRecord is a record as the audit sees it: its event, a digest of its
+// value to compare copies with, and its claim (type and data, canonical).
+type topicRecord struct {
+	workflows.ConsumedEvent
+	digest [sha256.Size]byte
+	claim  string
+}
+
+// topicState is what the audit reads from Kafka.
+type topicState struct {
+	records []topicRecord
+	// oldest kept offset per topic and partition
+	oldest    map[string]map[int32]int64
+	committed map[string]map[int32]int64
 }
 
 func audit(ctx context.Context, in auditInput) (auditReport, error) {
 	began := time.Now()
 	r := auditReport{Topics: in.Topics, Group: in.Group}
-	records, missing, err := activities.ReadTopics(ctx, in.Kafka, in.Topics)
+	ts, missing, err := readTopicRecords(ctx, in.Kafka, in.Topics)
 	if err != nil {
 		return r, err
 	}
-	r.MissingTopics, r.Records = missing, len(records)
+	r.MissingTopics = missing
+	if len(ts.oldest) > 0 {
+		partitions := map[string][]int32{}
+		for topic, ps := range ts.oldest {
+			for p := range ps {
+				partitions[topic] = append(partitions[topic], p)
+			}
+		}
+		if ts.committed, err = activities.CommittedOffsets(in.Kafka, in.Group, partitions); err != nil {
+			return r, err
+		}
+	}
+	notes, err := loadNotifications(ctx, in.DB, in.Topics)
+	if err != nil {
+		return r, err
+	}
+	parked, err := loadConsumeDeadLetters(ctx, in.DB, in.Topics)
+	if err != nil {
+		return r, err
+	}
+	var ledger []notifysim.Delivery
+	if in.Webhook != nil {
+		if ledger, err = in.Webhook(ctx, in.Topics); err != nil {
+			return r, fmt.Errorf("read the webhook's ledger: %w", err)
+		}
+	}
+	running := func(ids []string) map[string]bool { return runningDeliveries(ctx, in.Temporal, ids) }
+	r = assess(r, ts, notes, parked, running, ledger, in.Webhook != nil, in.Show)
+	r.Took = time.Since(began).Round(time.Millisecond).String()
+	return r, nil
+}
+
+// assess is the audit's judgement on what was read, kept free of I/O so
+// that each fault it must catch has a unit test (audit_test.go).
+func assess(r auditReport, ts topicState, notes map[string]delivered, parked map[string]string,
+	running func([]string) map[string]bool, ledger []notifysim.Delivery, withLedger bool, show int) auditReport {
+	list := func(ids *[]string, id string) {
+		if len(*ids) < show {
+			*ids = append(*ids, id)
+		}
+	}
+	records := ts.records
+	r.Records = len(records)
 	// The first copy of an event ID is the event; later copies are
-	// republishes.
-	slices.SortFunc(records, func(a, b workflows.ConsumedEvent) int {
+	// redeliveries and must carry the same value.
+	slices.SortFunc(records, func(a, b topicRecord) int {
 		if c := strings.Compare(a.Topic, b.Topic); c != 0 {
 			return c
 		}
@@ -106,69 +200,50 @@ func audit(ctx context.Context, in auditInput) (auditReport, error) {
 		}
 		return cmp.Compare(a.Offset, b.Offset)
 	})
-	events := make(map[string]workflows.ConsumedEvent, len(records))
-	partitions := map[string][]int32{}
+	events := make(map[string]topicRecord, len(records))
+	mismatched := map[string]bool{}
+	claims := map[string]string{} // topic+claim → first event ID
 	for _, rec := range records {
-		if !slices.Contains(partitions[rec.Topic], rec.Partition) {
-			partitions[rec.Topic] = append(partitions[rec.Topic], rec.Partition)
-		}
-		if _, ok := events[rec.EventID]; ok {
-			r.Republished++
+		if first, ok := events[rec.EventID]; ok {
+			r.Redelivered++
+			if rec.digest != first.digest && !mismatched[rec.EventID] {
+				mismatched[rec.EventID] = true
+				r.PayloadMismatches++
+				list(&r.MismatchIDs, rec.EventID)
+			}
 			continue
 		}
 		events[rec.EventID] = rec
+		if rec.claim == "" {
+			continue
+		}
+		k := rec.Topic + "\x00" + rec.claim
+		if other, ok := claims[k]; ok {
+			r.ClaimDuplicates++
+			list(&r.ClaimIDs, rec.EventID+" (as "+other+")")
+			continue
+		}
+		claims[k] = rec.EventID
 	}
 	r.Events = len(events)
-	committed := map[string]map[int32]int64{}
-	if len(partitions) > 0 {
-		if committed, err = activities.CommittedOffsets(in.Kafka, in.Group, partitions); err != nil {
-			return r, err
-		}
-	}
 
-	notes, err := loadNotifications(ctx, in.DB, in.Topics)
-	if err != nil {
-		return r, err
-	}
-	rows, err := in.DB.Query(ctx, `
-		SELECT event_id, count(*) FROM notifications WHERE topic = ANY($1)
-		GROUP BY event_id HAVING count(*) > 1 ORDER BY event_id`, in.Topics)
-	if err != nil {
-		return r, fmt.Errorf("count duplicate notifications: %w", err)
-	}
-	for rows.Next() {
-		var id string
-		var n int
-		if err := rows.Scan(&id, &n); err != nil {
-			rows.Close()
-			return r, err
-		}
-		r.Duplicates += n - 1
-		if len(r.DuplicateIDs) < in.Show {
-			r.DuplicateIDs = append(r.DuplicateIDs, id)
+	// One notification per claim: rows are unique per event ID, so a
+	// doubled effect shows up as two event IDs for one claim.
+	byClaim := map[string][]string{}
+	for id, n := range notes {
+		if n.claim != "" {
+			k := n.topic + "\x00" + n.claim
+			byClaim[k] = append(byClaim[k], id)
 		}
 	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return r, fmt.Errorf("count duplicate notifications: %w", err)
-	}
-	parked := map[string]string{}
-	rows, err = in.DB.Query(ctx, `SELECT event_id, status FROM dead_letters WHERE stage = 'consume' AND topic = ANY($1)`, in.Topics)
-	if err != nil {
-		return r, fmt.Errorf("read consume dead letters: %w", err)
-	}
-	for rows.Next() {
-		var id, status string
-		if err := rows.Scan(&id, &status); err != nil {
-			rows.Close()
-			return r, err
+	for _, ids := range byClaim {
+		if len(ids) > 1 {
+			slices.Sort(ids)
+			r.DuplicateEffects += len(ids) - 1
+			list(&r.DuplicateIDs, strings.Join(ids, "="))
 		}
-		parked[id] = status
 	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return r, fmt.Errorf("read consume dead letters: %w", err)
-	}
+	slices.Sort(r.DuplicateIDs)
 
 	var unaccounted []string
 	for id, ev := range events {
@@ -187,37 +262,195 @@ func audit(ctx context.Context, in auditInput) (auditReport, error) {
 			r.DeadLettered++
 			continue
 		}
-		if next, ok := committed[ev.Topic][ev.Partition]; !ok || next < 0 || ev.Offset >= next {
+		if next, ok := ts.committed[ev.Topic][ev.Partition]; !ok || next < 0 || ev.Offset >= next {
 			r.NotYetConsumed++
 			continue
 		}
 		unaccounted = append(unaccounted, id)
 	}
-	running := runningDeliveries(ctx, in.Temporal, unaccounted)
+	inRetry := map[string]bool{}
+	if len(unaccounted) > 0 && running != nil {
+		inRetry = running(unaccounted)
+	}
 	slices.Sort(unaccounted)
 	for _, id := range unaccounted {
-		if running[id] {
+		if inRetry[id] {
 			r.InRetry++
 			continue
 		}
 		r.Lost++
-		if len(r.LostIDs) < in.Show {
-			r.LostIDs = append(r.LostIDs, id)
+		list(&r.LostIDs, id)
+	}
+	var orphans []string
+	for id, n := range notes {
+		if _, ok := events[id]; ok {
+			continue
+		}
+		if oldest, ok := ts.oldest[n.topic][n.partition]; ok && n.offset < oldest {
+			r.Expired++
+			continue
+		}
+		orphans = append(orphans, id)
+	}
+	slices.Sort(orphans)
+	r.Orphans = len(orphans)
+	for _, id := range orphans {
+		list(&r.OrphanIDs, id)
+	}
+	plain := make(map[string]workflows.ConsumedEvent, len(events))
+	for id, ev := range events {
+		plain[id] = ev.ConsumedEvent
+	}
+	r.Late, r.LateInline = lateDeliveries(plain, notes)
+	if withLedger {
+		l := notifysim.Summarize(ledger)
+		r.Webhook = &l
+	}
+	return r
+}
+
+// readTopicRecords reads every record of topics, from the oldest kept to
+// the end as it was when the call began. It keeps a digest of each value
+// rather than the value, so a large topic fits in memory.
+func readTopicRecords(ctx context.Context, cfg activities.KafkaConfig, topics []string) (topicState, []string, error) {
+	ts := topicState{oldest: map[string]map[int32]int64{}}
+	sc := sarama.NewConfig()
+	version := cmp.Or(cfg.Version, activities.DefaultKafkaVersion)
+	v, err := sarama.ParseKafkaVersion(version)
+	if err != nil {
+		return ts, nil, fmt.Errorf("KAFKA_VERSION %q: %w", version, err)
+	}
+	sc.Version, sc.ClientID = v, cmp.Or(cfg.ClientID, "claimflow-audit")
+	sc.Metadata.Retry.Max, sc.Metadata.Retry.Backoff = 5, 200*time.Millisecond
+	c, err := sarama.NewClient(cfg.Brokers, sc)
+	if err != nil {
+		return ts, nil, fmt.Errorf("connect to Kafka %v: %w", cfg.Brokers, err)
+	}
+	defer c.Close()
+	known, err := c.Topics()
+	if err != nil {
+		return ts, nil, fmt.Errorf("list topics: %w", err)
+	}
+	consumer, err := sarama.NewConsumerFromClient(c)
+	if err != nil {
+		return ts, nil, fmt.Errorf("open Kafka consumer: %w", err)
+	}
+	defer consumer.Close()
+	var (
+		missing []string
+		mu      sync.Mutex
+		wg      sync.WaitGroup
+		errs    []error
+	)
+	for _, topic := range topics {
+		if !slices.Contains(known, topic) {
+			missing = append(missing, topic)
+			continue
+		}
+		partitions, err := c.Partitions(topic)
+		if err != nil {
+			return ts, missing, fmt.Errorf("partitions of %s: %w", topic, err)
+		}
+		ts.oldest[topic] = map[int32]int64{}
+		for _, p := range partitions {
+			wg.Go(func() {
+				oldest, recs, err := readPartitionRecords(ctx, c, consumer, topic, p)
+				mu.Lock()
+				defer mu.Unlock()
+				if err != nil {
+					errs = append(errs, err)
+					return
+				}
+				ts.oldest[topic][p] = oldest
+				ts.records = append(ts.records, recs...)
+			})
 		}
 	}
-	for id := range notes {
-		if _, ok := events[id]; !ok {
-			r.Foreign++
+	wg.Wait()
+	return ts, missing, errors.Join(errs...)
+}
+
+func readPartitionRecords(ctx context.Context, c sarama.Client, consumer sarama.Consumer, topic string, p int32) (int64, []topicRecord, error) {
+	newest, err := partitionEnd(ctx, c, topic, p, sarama.OffsetNewest)
+	if err != nil {
+		return 0, nil, fmt.Errorf("end of %s/%d: %w", topic, p, err)
+	}
+	oldest, err := partitionEnd(ctx, c, topic, p, sarama.OffsetOldest)
+	if err != nil {
+		return 0, nil, fmt.Errorf("start of %s/%d: %w", topic, p, err)
+	}
+	if newest <= oldest {
+		return oldest, nil, nil
+	}
+	pc, err := consumer.ConsumePartition(topic, p, oldest)
+	if err != nil {
+		return 0, nil, fmt.Errorf("read %s/%d: %w", topic, p, err)
+	}
+	defer pc.Close()
+	out := make([]topicRecord, 0, newest-oldest)
+	for {
+		select {
+		case <-ctx.Done():
+			return 0, nil, ctx.Err()
+		case m := <-pc.Messages():
+			out = append(out, newTopicRecord(activities.ParseEvent(m), m.Value))
+			if m.Offset >= newest-1 {
+				return oldest, out, nil
+			}
+		case err := <-pc.Errors():
+			return 0, nil, fmt.Errorf("read %s/%d: %w", topic, p, err)
 		}
 	}
-	r.Late, r.LateInline = lateDeliveries(events, notes)
-	r.Took = time.Since(began).Round(time.Millisecond).String()
-	return r, nil
+}
+
+// newTopicRecord keeps what the audit needs of a record and drops its value.
+func newTopicRecord(ev workflows.ConsumedEvent, value []byte) topicRecord {
+	rec := topicRecord{ConsumedEvent: ev, digest: sha256.Sum256(value)}
+	rec.Value = ""
+	if rec.Malformed == "" {
+		rec.claim = claimOf(rec.EventType, value)
+	}
+	return rec
+}
+
+// partitionEnd asks for one end of a partition, riding out the "broker not
+// connected" a fresh client gets while its leader connection opens (as
+// activities.ReadTopics does).
+func partitionEnd(ctx context.Context, c sarama.Client, topic string, p int32, which int64) (int64, error) {
+	for attempt := 1; ; attempt++ {
+		off, err := c.GetOffset(topic, p, which)
+		if !errors.Is(err, sarama.ErrNotConnected) || attempt == 5 {
+			return off, err
+		}
+		select {
+		case <-ctx.Done():
+			return off, err
+		case <-time.After(time.Duration(attempt) * 100 * time.Millisecond):
+		}
+	}
+}
+
+// claimOf names what an event says happened to whom: its type and its data
+// in a canonical form (keys sorted). occurred_at is left out, so two events
+// that differ only in when they were built are one claim. "" when the value
+// has no data to tell.
+func claimOf(eventType string, value []byte) string {
+	var env struct {
+		Data map[string]any `json:"data"`
+	}
+	if err := json.Unmarshal(value, &env); err != nil || len(env.Data) == 0 {
+		return ""
+	}
+	b, err := json.Marshal(env.Data)
+	if err != nil {
+		return ""
+	}
+	return eventType + " " + string(b)
 }
 
 func loadNotifications(ctx context.Context, db *pgxpool.Pool, topics []string) (map[string]delivered, error) {
 	rows, err := db.Query(ctx, `
-		SELECT event_id, topic, kafka_partition, kafka_offset, message_key, path, seq
+		SELECT event_id, topic, kafka_partition, kafka_offset, message_key, path, seq, event_type, payload::text
 		FROM notifications WHERE topic = ANY($1)`, topics)
 	if err != nil {
 		return nil, fmt.Errorf("read notifications: %w", err)
@@ -225,17 +458,70 @@ func loadNotifications(ctx context.Context, db *pgxpool.Pool, topics []string) (
 	defer rows.Close()
 	out := map[string]delivered{}
 	for rows.Next() {
-		var id string
+		var id, eventType, payload string
 		var d delivered
-		if err := rows.Scan(&id, &d.topic, &d.partition, &d.offset, &d.key, &d.path, &d.seq); err != nil {
+		if err := rows.Scan(&id, &d.topic, &d.partition, &d.offset, &d.key, &d.path, &d.seq, &eventType, &payload); err != nil {
 			return nil, fmt.Errorf("read notifications: %w", err)
 		}
+		d.claim = claimOf(eventType, []byte(payload))
 		out[id] = d
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("read notifications: %w", err)
 	}
 	return out, nil
+}
+
+// loadConsumeDeadLetters returns the status of each consumed event that was
+// dead-lettered.
+func loadConsumeDeadLetters(ctx context.Context, db *pgxpool.Pool, topics []string) (map[string]string, error) {
+	rows, err := db.Query(ctx, `SELECT event_id, status FROM dead_letters WHERE stage = 'consume' AND topic = ANY($1)`, topics)
+	if err != nil {
+		return nil, fmt.Errorf("read consume dead letters: %w", err)
+	}
+	defer rows.Close()
+	parked := map[string]string{}
+	for rows.Next() {
+		var id, status string
+		if err := rows.Scan(&id, &status); err != nil {
+			return nil, fmt.Errorf("read consume dead letters: %w", err)
+		}
+		parked[id] = status
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read consume dead letters: %w", err)
+	}
+	return parked, nil
+}
+
+// webhookLedger reads the deliveries of topics from a receiver that keeps a
+// ledger of them (the simulator's GET /admin/deliveries).
+func webhookLedger(base string) func(ctx context.Context, topics []string) ([]notifysim.Delivery, error) {
+	return func(ctx context.Context, topics []string) ([]notifysim.Delivery, error) {
+		var all []notifysim.Delivery
+		for _, topic := range topics {
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet,
+				strings.TrimRight(base, "/")+"/admin/deliveries?topic="+url.QueryEscape(topic), nil)
+			if err != nil {
+				return nil, err
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				return nil, err
+			}
+			var rep notifysim.LedgerReport
+			err = json.NewDecoder(resp.Body).Decode(&rep)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				return nil, fmt.Errorf("GET %s answered %s", req.URL, resp.Status)
+			}
+			if err != nil {
+				return nil, fmt.Errorf("decode the ledger of %s: %w", topic, err)
+			}
+			all = append(all, rep.Deliveries...)
+		}
+		return all, nil
+	}
 }
 
 // lateDeliveries counts, per topic and key, the delivered events that
@@ -309,43 +595,63 @@ func (r auditReport) writeText(w io.Writer) {
 	if len(r.MissingTopics) > 0 {
 		fmt.Fprintf(w, "  topics that do not exist:     %s\n", strings.Join(r.MissingTopics, ", "))
 	}
-	fmt.Fprintf(w, "  records on the topics         %d (%d distinct event IDs, %d republished copies)\n", r.Records, r.Events, r.Republished)
+	fmt.Fprintf(w, "  records on the topics         %d (%d distinct event IDs)\n", r.Records, r.Events)
+	fmt.Fprintf(w, "  redelivered copies            %d (same event_id and payload: at-least-once, deduped)\n", r.Redelivered)
+	fmt.Fprintf(w, "  copies with another payload   %d\n", r.PayloadMismatches)
+	fmt.Fprintf(w, "  one claim under two event IDs %d (on the topics)\n", r.ClaimDuplicates)
 	fmt.Fprintf(w, "  delivered                     %d (%d through the retry path)\n", r.Delivered, r.ViaWorkflow)
 	fmt.Fprintf(w, "  lost                          %d\n", r.Lost)
-	fmt.Fprintf(w, "  duplicates                    %d\n", r.Duplicates)
+	fmt.Fprintf(w, "  duplicate effects             %d (notifications beyond the first of one claim)\n", r.DuplicateEffects)
+	fmt.Fprintf(w, "  notifications without event  %d (%d more whose event the topic no longer keeps)\n", r.Orphans, r.Expired)
 	fmt.Fprintf(w, "  in retry                      %d\n", r.InRetry)
 	fmt.Fprintf(w, "  dead-lettered (open)          %d\n", r.DeadLettered)
 	fmt.Fprintf(w, "  discarded by an operator      %d\n", r.Discarded)
 	fmt.Fprintf(w, "  not yet consumed              %d\n", r.NotYetConsumed)
 	fmt.Fprintf(w, "  delivered after a later event of their key: %d (inline: %d)\n", r.Late, r.LateInline)
-	if r.Foreign > 0 {
-		fmt.Fprintf(w, "  notifications of events no longer on the topics: %d\n", r.Foreign)
+	if l := r.Webhook; l != nil {
+		fmt.Fprintf(w, "  webhook: %d keys, %d attempts, %d effects, %d re-sent after acceptance, %d retried after a refusal; "+
+			"%d keys took effect twice, %d changed body\n",
+			l.Keys, l.Attempts, l.Effects, l.Resent, l.Retried, len(l.DoubleEffects), len(l.BodyChanged))
 	}
-	if len(r.LostIDs) > 0 {
-		fmt.Fprintf(w, "  lost, first ones: %s\n", strings.Join(r.LostIDs, " "))
+	for _, x := range []struct {
+		what string
+		ids  []string
+	}{
+		{"lost", r.LostIDs}, {"duplicate effects", r.DuplicateIDs}, {"copies with another payload", r.MismatchIDs},
+		{"one claim under two event IDs", r.ClaimIDs}, {"notifications without event", r.OrphanIDs},
+	} {
+		if len(x.ids) > 0 {
+			fmt.Fprintf(w, "  %s, first ones: %s\n", x.what, strings.Join(x.ids, " "))
+		}
 	}
-	if len(r.DuplicateIDs) > 0 {
-		fmt.Fprintf(w, "  duplicated, first ones: %s\n", strings.Join(r.DuplicateIDs, " "))
+	if l := r.Webhook; l != nil && !l.OK() {
+		fmt.Fprintf(w, "  webhook keys that took effect twice: %s; changed body: %s\n",
+			strings.Join(firstN(l.DoubleEffects, 20), " "), strings.Join(firstN(l.BodyChanged, 20), " "))
 	}
 	if r.OK() {
-		fmt.Fprintln(w, "OK: no event lost, none delivered twice, inline deliveries in key order")
+		fmt.Fprintln(w, "OK: no event lost, no effect twice, copies identical, inline deliveries in key order")
 	} else {
-		fmt.Fprintln(w, "FAILED: see lost, duplicates and inline order above")
+		fmt.Fprintln(w, "FAILED: see lost, duplicate effects, payloads, notifications without event, webhook and inline order above")
 	}
 }
 
-var errAuditFailed = errors.New("audit found lost, duplicated or reordered notifications")
+func firstN(ids []string, n int) []string { return ids[:min(len(ids), n)] }
+
+var errAuditFailed = errors.New("audit found a lost event, a duplicate effect, differing copies, a notification without event or reordered notifications")
 
 func runAudit(ctx context.Context, cfg config, log *slog.Logger, args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("audit", flag.ContinueOnError)
 	topics := fs.String("topics", strings.Join(cfg.ConsumerTopics, ","), "comma-separated topics to audit (CONSUMER_TOPICS)")
 	group := fs.String("group", cfg.ConsumerGroup, "the consumer group whose committed offsets say what was consumed (CONSUMER_GROUP)")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
-	show := fs.Int("show", 20, "list at most this many lost or duplicated event IDs")
+	show := fs.Int("show", 20, "list at most this many event IDs of each fault")
+	ledger := fs.String("webhook-ledger", "", "base URL of a webhook receiver with a delivery ledger (the simulator's, GET /admin/deliveries) to check its effects too")
 	useTemporal := fs.Bool("temporal", true, "ask Temporal whether undelivered events are still being retried")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: claimflow audit [flags]")
-		fmt.Fprintln(fs.Output(), "exits 1 when an event was lost, delivered twice, or delivered inline out of key order")
+		fmt.Fprintln(fs.Output(), "exits 1 when an event was lost, an effect happened twice (two notifications of one claim, a webhook key")
+		fmt.Fprintln(fs.Output(), "accepted twice), copies of an event differ, a notification has no event, or inline deliveries are out of")
+		fmt.Fprintln(fs.Output(), "key order; redelivered copies and webhook re-sends are reported, they are the at-least-once guarantee")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -357,6 +663,9 @@ func runAudit(ctx context.Context, cfg config, log *slog.Logger, args []string, 
 	}
 	defer pool.Close()
 	in := auditInput{Kafka: kafkaConfig(cfg, "claimflow-audit"), Topics: splitList(*topics), Group: *group, DB: pool, Show: *show}
+	if *ledger != "" {
+		in.Webhook = webhookLedger(*ledger)
+	}
 	if *useTemporal {
 		tc, err := dialTemporal(ctx, cfg, log, nil)
 		if err != nil {
