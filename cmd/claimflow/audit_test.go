@@ -84,7 +84,9 @@ func TestAssessCatchesEachFault(t *testing.T) {
 			func(r auditReport) bool { return r.Events == 3 && r.Delivered == 3 && r.Redelivered == 0 }},
 		{"a redelivered copy with the same payload is reported, not a fault", func(f *auditFixture) {
 			f.add(id("e1"), "e1", "se1", at, false)
-		}, true, func(r auditReport) bool { return r.Records == 4 && r.Events == 3 && r.Redelivered == 1 && r.PayloadMismatches == 0 }},
+		}, true, func(r auditReport) bool {
+			return r.Records == 4 && r.Events == 3 && r.Redelivered == 1 && r.PayloadMismatches == 0
+		}},
 		{"a copy with another payload under the same event ID", func(f *auditFixture) {
 			f.add(id("e1"), "e1", "someone-else", at, false)
 		}, false, func(r auditReport) bool { return r.Redelivered == 1 && r.PayloadMismatches == 1 }},
@@ -93,7 +95,9 @@ func TestAssessCatchesEachFault(t *testing.T) {
 		}, false, func(r auditReport) bool { return r.PayloadMismatches == 1 }},
 		{"one claim republished under a second event ID, notified twice", func(f *auditFixture) {
 			f.add("random-id-1", "e1", "se1", later, true)
-		}, false, func(r auditReport) bool { return r.ClaimDuplicates == 1 && r.DuplicateEffects == 1 && r.Redelivered == 0 }},
+		}, false, func(r auditReport) bool {
+			return r.ClaimDuplicates == 1 && r.DuplicateEffects == 1 && r.Redelivered == 0
+		}},
 		{"an event consumed without a notification is lost", func(f *auditFixture) {
 			delete(f.notes, id("e2"))
 		}, false, func(r auditReport) bool { return r.Lost == 1 && r.Delivered == 2 }},
