@@ -17,11 +17,15 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
+	"maps"
 	"math/rand/v2"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -33,6 +37,7 @@ import (
 
 	"github.com/claimflow/claimflow/activities"
 	"github.com/claimflow/claimflow/deploy/devstack"
+	"github.com/claimflow/claimflow/deploy/notifysim"
 	"github.com/claimflow/claimflow/workflows"
 )
 
@@ -65,9 +70,20 @@ func claimflowBinary(t *testing.T) string {
 
 // workerProcess is `claimflow worker` running against a test stack.
 type workerProcess struct {
-	t   *testing.T
-	cmd *exec.Cmd
-	log string
+	t       *testing.T
+	cmd     *exec.Cmd
+	log     string
+	metrics string // base URL of its /metrics
+	// attempts counts its activity attempts, first ones and retries, read
+	// just before it was killed (a SIGKILLed process cannot be asked after).
+	attempts activityAttempts
+}
+
+// activityAttempts sums claimflow_activity_attempts_total of a worker.
+type activityAttempts struct{ first, retry float64 }
+
+func (a activityAttempts) add(b activityAttempts) activityAttempts {
+	return activityAttempts{a.first + b.first, a.retry + b.retry}
 }
 
 func startWorkerProcess(t *testing.T, s *stack) *workerProcess {
@@ -77,6 +93,11 @@ func startWorkerProcess(t *testing.T, s *stack) *workerProcess {
 	if err != nil {
 		t.Fatal(err)
 	}
+	port, err := devstack.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	metricsAddr := fmt.Sprintf("127.0.0.1:%d", port)
 	cmd := exec.Command(claimflowBinary(t), "worker")
 	cmd.Env = append(os.Environ(),
 		"DATABASE_URL="+s.Config.DatabaseURL,
@@ -84,7 +105,7 @@ func startWorkerProcess(t *testing.T, s *stack) *workerProcess {
 		"TEMPORAL_NAMESPACE="+s.Config.Namespace,
 		"KAFKA_BROKERS="+strings.Join(s.Config.KafkaBrokers, ","),
 		"KAFKA_VERSION="+s.Config.KafkaVersion,
-		"METRICS_ADDR=127.0.0.1:0",
+		"METRICS_ADDR="+metricsAddr,
 		"LOG_LEVEL=warn",
 	)
 	cmd.Stdout, cmd.Stderr = f, f
@@ -93,20 +114,56 @@ func startWorkerProcess(t *testing.T, s *stack) *workerProcess {
 		t.Fatal(err)
 	}
 	_ = f.Close()
-	w := &workerProcess{t: t, cmd: cmd, log: logFile}
+	w := &workerProcess{t: t, cmd: cmd, log: logFile, metrics: "http://" + metricsAddr}
 	t.Cleanup(func() { w.kill() })
 	return w
 }
 
 func (w *workerProcess) kill() {
 	if w.cmd.ProcessState == nil {
+		w.attempts = w.activityAttempts()
 		_ = w.cmd.Process.Kill()
 		_ = w.cmd.Wait()
 	}
 }
 
+// activityAttempts reads the activity attempts of a running worker; the
+// retries are activities that a fault made run again.
+func (w *workerProcess) activityAttempts() activityAttempts {
+	if w.cmd.ProcessState != nil {
+		return w.attempts
+	}
+	c := &http.Client{Timeout: 2 * time.Second}
+	resp, err := c.Get(w.metrics + "/metrics")
+	if err != nil {
+		return w.attempts
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return w.attempts
+	}
+	var a activityAttempts
+	for line := range strings.Lines(string(b)) {
+		if !strings.HasPrefix(line, "claimflow_activity_attempts_total{") {
+			continue
+		}
+		fields := strings.Fields(line)
+		v, err := strconv.ParseFloat(fields[len(fields)-1], 64)
+		if err != nil {
+			continue
+		}
+		if strings.Contains(line, `attempt="retry"`) {
+			a.retry += v
+		} else {
+			a.first += v
+		}
+	}
+	return a
+}
+
 // load drives enrollments at a modest rate into a few courses that fill up,
-// recording every accepted enrollment.
+// recording every accepted enrollment with when it was asked and answered.
 type load struct {
 	t        *testing.T
 	c        *apiClient
@@ -114,29 +171,40 @@ type load struct {
 	capacity int
 
 	mu       sync.Mutex
-	accepted map[string]string // enrollment ID → course
-	answers  map[int]int       // HTTP status → count
+	accepted map[string]claim // enrollment ID → its request
+	answers  map[int]int      // HTTP status → count
 	errs     int
+	// inFlight holds the send time of each worker's request in progress
+	// (zero when idle); failedAt the times of transport errors and 5xx.
+	inFlight []time.Time
+	failedAt []time.Time
 	next     atomic.Int64
 	stop     chan struct{}
 	wg       sync.WaitGroup
 }
 
+// claim is one accepted enrollment as the client saw it.
+type claim struct {
+	course             string
+	sentAt, acceptedAt time.Time
+}
+
 func startLoad(t *testing.T, c *apiClient, prefix string, courses, capacity, workers int) *load {
 	t.Helper()
-	l := &load{t: t, c: c, capacity: capacity, accepted: map[string]string{}, answers: map[int]int{}, stop: make(chan struct{})}
+	l := &load{t: t, c: c, capacity: capacity, accepted: map[string]claim{}, answers: map[int]int{},
+		inFlight: make([]time.Time, workers), stop: make(chan struct{})}
 	for i := range courses {
 		id := fmt.Sprintf("%s-%d", prefix, i)
 		c.must("POST", "/v1/courses", map[string]any{"id": id, "title": id, "capacity": capacity}, http.StatusCreated)
 		l.courses = append(l.courses, id)
 	}
-	for range workers {
-		l.wg.Go(l.run)
+	for i := range workers {
+		l.wg.Go(func() { l.run(i) })
 	}
 	return l
 }
 
-func (l *load) run() {
+func (l *load) run(worker int) {
 	for {
 		select {
 		case <-l.stop:
@@ -145,16 +213,25 @@ func (l *load) run() {
 		}
 		n := l.next.Add(1)
 		course := l.courses[rand.IntN(len(l.courses))]
+		sent := time.Now()
+		l.mu.Lock()
+		l.inFlight[worker] = sent
+		l.mu.Unlock()
 		st, body, err := l.c.do("POST", "/v1/courses/"+course+"/enrollments", map[string]any{"student_id": fmt.Sprintf("f-%06d", n)})
 		l.mu.Lock()
+		l.inFlight[worker] = time.Time{}
 		switch {
 		case err != nil:
 			l.errs++
+			l.failedAt = append(l.failedAt, time.Now())
 		case st == http.StatusCreated:
-			l.accepted[body["id"].(string)] = course
-			fallthrough
+			l.accepted[body["id"].(string)] = claim{course: course, sentAt: sent, acceptedAt: time.Now()}
+			l.answers[st]++
 		default:
 			l.answers[st]++
+			if st >= 500 {
+				l.failedAt = append(l.failedAt, time.Now())
+			}
 		}
 		l.mu.Unlock()
 		if err != nil || st >= 500 {
@@ -163,6 +240,43 @@ func (l *load) run() {
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
+}
+
+// acceptedSince counts the enrollments accepted after t0.
+func (l *load) acceptedSince(t0 time.Time) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, c := range l.accepted {
+		if c.acceptedAt.After(t0) {
+			n++
+		}
+	}
+	return n
+}
+
+// waitStalled waits until the fault begun at since holds up the load: a
+// request sent after it has waited longer than stall, or failed. Faults that
+// are "down, then up again" restart their part once this holds rather than
+// after a guessed pause, so the fault is known to have caught work in flight.
+func (l *load) waitStalled(t *testing.T, since time.Time, stall time.Duration) {
+	t.Helper()
+	waitFor(t, time.Minute, "the load to stall on the fault", func() bool {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		for _, sent := range l.inFlight {
+			if !sent.IsZero() && !sent.Before(since) && time.Since(sent) >= stall {
+				return true
+			}
+		}
+		for _, at := range l.failedAt {
+			if at.After(since) {
+				return true
+			}
+		}
+		return false
+	})
+	t.Logf("load stalled %s after the fault began", time.Since(since).Round(time.Millisecond))
 }
 
 func (l *load) finish() {
@@ -180,9 +294,22 @@ func faultLoadDuration() time.Duration {
 	return 20 * time.Second
 }
 
+// minAccepted is the fewest accepted claims a fault run may audit: with
+// fewer, a run that accepted nothing (the fault took the API down for good)
+// would pass.
+const minAccepted = 50
+
+// faultWindow is when the fault began and when the part was back.
+type faultWindow struct{ start, end time.Time }
+
 // drainAndAudit waits until every enrollment is terminal, retrying dead
-// letters left by the fault, then checks the guarantees.
-func drainAndAudit(t *testing.T, s *stack, c *apiClient, l *load) {
+// letters left by the fault, then checks the delivery guarantee
+// (docs/testing.md): copies of an event on the topic share its ID and
+// payload and are only reported; every effect of a claim (seat, event,
+// notification, webhook effect) happens exactly once; every claim answered
+// 201 ends confirmed (or failed only through an operator's compensation);
+// and the fault caught work in flight.
+func drainAndAudit(t *testing.T, s *stack, c *apiClient, l *load, fw faultWindow, activities activityAttempts) {
 	t.Helper()
 	ctx := context.Background()
 	retried := map[string]bool{}
@@ -205,34 +332,76 @@ func drainAndAudit(t *testing.T, s *stack, c *apiClient, l *load) {
 		return err == nil && pending == 0 && openRunsOf(t, s, l.courses...) == 0
 	}))
 
-	rows, err := s.Pool.Query(ctx, `SELECT id, course_id, status FROM enrollments WHERE course_id = ANY($1)`, l.courses)
+	type enrollment struct {
+		course, student, status string
+		confirmedAt             time.Time // confirmed_at, else published_at; zero if neither
+	}
+	rows, err := s.Pool.Query(ctx, `
+		SELECT id, course_id, student_id, status, coalesce(confirmed_at, published_at)
+		FROM enrollments WHERE course_id = ANY($1)`, l.courses)
 	if err != nil {
 		t.Fatal(err)
 	}
-	status := map[string]string{}
+	enrollments := map[string]enrollment{}
 	perCourse := map[string]int{}
+	seats := map[string]int{} // course and student → confirmed enrollments
 	for rows.Next() {
-		var id, course, st string
-		if err := rows.Scan(&id, &course, &st); err != nil {
+		var id string
+		var e enrollment
+		var at *time.Time
+		if err := rows.Scan(&id, &e.course, &e.student, &e.status, &at); err != nil {
 			t.Fatal(err)
 		}
-		status[id] = st
-		if st == "confirmed" {
-			perCourse[course]++
+		if at != nil {
+			e.confirmedAt = *at
+		}
+		enrollments[id] = e
+		if e.status == "confirmed" {
+			perCourse[e.course]++
+			seats[e.course+"/"+e.student]++
 		}
 	}
 	if err := rows.Err(); err != nil {
 		t.Fatal(err)
 	}
-
-	lost := 0
-	for id := range l.accepted {
-		if st := status[id]; st != "confirmed" && st != "failed" {
-			lost++
-			t.Errorf("accepted enrollment %s ended %q", id, st)
-		}
+	compensated := map[string]bool{}
+	rows, err = s.Pool.Query(ctx, `SELECT enrollment_id FROM dead_letters WHERE status = 'compensated' AND enrollment_id = ANY($1)`,
+		slices.Collect(maps.Keys(enrollments)))
+	if err != nil {
+		t.Fatal(err)
 	}
-	oversold := 0
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		compensated[id] = true
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+
+	l.mu.Lock()
+	accepted := maps.Clone(l.accepted)
+	l.mu.Unlock()
+	if len(accepted) < minAccepted {
+		t.Errorf("only %d claims accepted, want at least %d: the run proves nothing about claims", len(accepted), minAccepted)
+	}
+
+	// A claim answered 201 ends confirmed; failed only if an operator
+	// compensated its dead letter (this test never does).
+	unkept := 0
+	for id := range accepted {
+		e := enrollments[id]
+		if e.status == "confirmed" || (e.status == "failed" && compensated[id]) {
+			continue
+		}
+		unkept++
+		t.Errorf("accepted enrollment %s ended %q", id, e.status)
+	}
+
+	// A seat is taken once per claim, and never beyond capacity.
+	oversold, duplicateSeats := 0, 0
 	for _, course := range l.courses {
 		var enrolled, capacity int
 		if err := s.Pool.QueryRow(ctx, `SELECT enrolled, capacity FROM courses WHERE id = $1`, course).Scan(&enrolled, &capacity); err != nil {
@@ -243,39 +412,133 @@ func drainAndAudit(t *testing.T, s *stack, c *apiClient, l *load) {
 			t.Errorf("course %s: enrolled %d, confirmed %d, capacity %d", course, enrolled, perCourse[course], capacity)
 		}
 	}
+	for k, n := range seats {
+		if n > 1 {
+			duplicateSeats += n - 1
+			t.Errorf("student %s holds %d confirmed enrollments of one course", k, n)
+		}
+	}
 
-	inCourses := map[string]bool{}
-	for _, c := range l.courses {
-		inCourses[c] = true
+	// The topic: at-least-once. Copies of an event share its ID and payload
+	// and are counted as redelivered; anything else is a fault.
+	topic := readEnrollmentCopies(t, s, workflows.EnrollmentTopic, l.courses)
+	for _, id := range topic.mismatched {
+		t.Errorf("copies of event %s differ in payload", id)
 	}
-	var events []workflows.Event
-	for _, e := range topicEvents(t, s, workflows.EnrollmentTopic) {
-		if course, _ := e.Data["course_id"].(string); inCourses[course] {
-			events = append(events, e)
-		}
+	for _, d := range topic.claimDuplicates {
+		t.Errorf("one claim published under two event IDs: %s", d)
 	}
-	confirmedEvents := eventsFor(events, workflows.EventEnrollmentConfirmed)
-	missing, redelivered, stray := 0, 0, 0
-	for id, st := range status {
-		n := confirmedEvents[id]
-		switch {
-		case st == "confirmed" && n == 0:
-			missing++
+	for _, id := range topic.badIDs {
+		t.Errorf("event %s: its ID is not the one derived from its enrollment", id)
+	}
+	missingEvents, unconfirmedWithEvent, stray := 0, 0, 0
+	for id, e := range enrollments {
+		if e.status == "confirmed" && topic.confirmed[id] == 0 {
+			missingEvents++
 			t.Errorf("confirmed enrollment %s has no enrollment.confirmed event", id)
-		case n > 1:
-			// Same event ID again: an ack the killed part never recorded.
-			redelivered += n - 1
 		}
 	}
-	for id := range confirmedEvents {
-		if _, ok := status[id]; !ok {
+	for id := range topic.confirmed {
+		e, ok := enrollments[id]
+		switch {
+		case !ok:
 			stray++
-			t.Errorf("event for unknown enrollment %q (a bad event ID shows up here too)", id)
+			t.Errorf("enrollment.confirmed event for unknown enrollment %q", id)
+		case e.status != "confirmed":
+			unconfirmedWithEvent++
+			t.Errorf("enrollment %s ended %q but its enrollment.confirmed event is out", id, e.status)
 		}
 	}
-	t.Logf("audit: %d accepted, %d enrollments (%d confirmed), lost=%d missing_events=%d duplicate_events=%d oversold=%d; "+
-		"%d redelivered copies with the same event_id (dedupable), %d dead letters retried",
-		len(l.accepted), len(status), sum(perCourse), lost, missing, stray, oversold, redelivered, len(retried))
+
+	// The notification of each event: exactly one row, no row without an
+	// event, and at the webhook one effect per key, re-sends under the
+	// same key and body.
+	waitCaughtUp(t, s, workflows.EnrollmentTopic, s.Config.ConsumerGroup, 2*time.Minute)
+	rows, err = s.Pool.Query(ctx, `
+		SELECT event_id, event_type, payload::text FROM notifications
+		WHERE topic = $1 AND payload->'data'->>'course_id' = ANY($2)`, workflows.EnrollmentTopic, l.courses)
+	if err != nil {
+		t.Fatal(err)
+	}
+	notified := map[string]bool{}
+	notesPerClaim := map[string]int{}
+	for rows.Next() {
+		var id, eventType, payload string
+		if err := rows.Scan(&id, &eventType, &payload); err != nil {
+			t.Fatal(err)
+		}
+		notified[id] = true
+		notesPerClaim[claimOf(eventType, []byte(payload))]++
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	missingNotes, orphanNotes, duplicateNotes := 0, 0, 0
+	for id := range topic.ids {
+		if !notified[id] {
+			missingNotes++
+			t.Errorf("event %s has no notification", id)
+		}
+	}
+	for id := range notified {
+		if !topic.ids[id] {
+			orphanNotes++
+			t.Errorf("notification %s names no event on the topic", id)
+		}
+	}
+	for claim, n := range notesPerClaim {
+		if n > 1 {
+			duplicateNotes += n - 1
+			t.Errorf("%d notifications of one claim: %s", n, claim)
+		}
+	}
+	var webhook notifysim.Ledger
+	if s.Notify != nil {
+		var ours []notifysim.Delivery
+		for _, d := range s.Notify.Deliveries(workflows.EnrollmentTopic) {
+			if topic.ids[d.Key] {
+				ours = append(ours, d)
+			}
+		}
+		webhook = notifysim.Summarize(ours)
+		if webhook.Effects != len(notified) || !webhook.OK() {
+			t.Errorf("webhook: %d effects for %d notifications; keys taking effect twice %v, keys with another body %v",
+				webhook.Effects, len(notified), webhook.DoubleEffects, webhook.BodyChanged)
+		}
+	}
+
+	// The fault hit work in flight: claims accepted before it began and
+	// confirmed after, or claims asked before it ended and confirmed only
+	// after the part was back, or activities it made run again.
+	acceptedBefore, heldOver := 0, 0
+	for id, cl := range accepted {
+		at := enrollments[id].confirmedAt
+		if at.IsZero() {
+			continue
+		}
+		if cl.acceptedAt.Before(fw.start) && at.After(fw.start) {
+			acceptedBefore++
+		}
+		if cl.sentAt.Before(fw.end) && at.After(fw.end) {
+			heldOver++
+		}
+	}
+	if acceptedBefore == 0 && heldOver == 0 && activities.retry == 0 {
+		t.Errorf("the fault (%s to %s) hit no work in flight: no claim confirmed across it, no activity retried",
+			fw.start.Format(time.StampMilli), fw.end.Format(time.StampMilli))
+	}
+
+	t.Logf("audit: %d accepted, %d enrollments (%d confirmed); unkept=%d oversold=%d duplicate_seats=%d "+
+		"missing_events=%d confirmed_events_of_unconfirmed=%d stray_events=%d payload_mismatches=%d claim_duplicates=%d bad_event_ids=%d "+
+		"missing_notifications=%d notifications_without_event=%d duplicate_notifications=%d "+
+		"webhook_double_effects=%d webhook_body_changed=%d; "+
+		"redelivered=%d (copies with the same event_id and payload), webhook_resent=%d, %d dead letters retried; "+
+		"fault hit: %d accepted before it and confirmed after, %d asked before recovery and confirmed after, "+
+		"%.0f activity retries (of %.0f attempts in the worker processes)",
+		len(accepted), len(enrollments), sum(perCourse), unkept, oversold, duplicateSeats,
+		missingEvents, unconfirmedWithEvent, stray, len(topic.mismatched), len(topic.claimDuplicates), len(topic.badIDs),
+		missingNotes, orphanNotes, duplicateNotes, len(webhook.DoubleEffects), len(webhook.BodyChanged),
+		topic.redelivered, webhook.Resent, len(retried), acceptedBefore, heldOver, activities.retry, activities.first+activities.retry)
 }
 
 func sum(m map[string]int) int {
@@ -287,10 +550,12 @@ func sum(m map[string]int) int {
 }
 
 type fault struct {
-	name   string
-	skip   func() string // reason to skip, or ""
-	stack  func(o *stackOptions)
-	inject func(t *testing.T, s *stack, w **workerProcess)
+	name  string
+	skip  func() string // reason to skip, or ""
+	stack func(o *stackOptions)
+	// inject breaks a part and brings it back; l tells when the load
+	// stalled on it.
+	inject func(t *testing.T, s *stack, l *load, w **workerProcess)
 }
 
 func TestFaults(t *testing.T) {
@@ -304,9 +569,10 @@ func TestFaults(t *testing.T) {
 	faults := []fault{
 		{
 			name: "worker killed with SIGKILL and restarted",
-			inject: func(t *testing.T, s *stack, w **workerProcess) {
+			inject: func(t *testing.T, s *stack, l *load, w **workerProcess) {
+				killed := time.Now()
 				(*w).kill()
-				time.Sleep(3 * time.Second)
+				l.waitStalled(t, killed, time.Second)
 				*w = startWorkerProcess(t, s)
 			},
 		},
@@ -318,7 +584,8 @@ func TestFaults(t *testing.T) {
 				}
 				return ""
 			},
-			inject: func(t *testing.T, s *stack, w **workerProcess) {
+			inject: func(t *testing.T, s *stack, l *load, w **workerProcess) {
+				// The 20 s are the fault: the broker stays down that long.
 				if realKafkaDir != "" {
 					kafkaScript(t, "kill-node", "0", "--dir", realKafkaDir)
 					time.Sleep(20 * time.Second)
@@ -342,12 +609,13 @@ func TestFaults(t *testing.T) {
 			stack: func(o *stackOptions) {
 				o.DatabaseURL = "" // the test needs its own cluster to restart
 			},
-			inject: func(t *testing.T, s *stack, w **workerProcess) {
+			inject: func(t *testing.T, s *stack, l *load, w **workerProcess) {
 				ctx := context.Background()
+				stopped := time.Now()
 				if err := s.Postgres.Stop(ctx); err != nil {
 					t.Fatalf("stop postgres: %v", err)
 				}
-				time.Sleep(2 * time.Second)
+				l.waitStalled(t, stopped, time.Second)
 				pg, err := devstack.StartPostgres(ctx, devstack.PostgresOptions{
 					DataDir: filepath.Join(s.opts.DataDir, "pg"), Port: s.opts.PGPort,
 					LogFile: filepath.Join(s.opts.DataDir, "logs", "postgres.log"),
@@ -360,11 +628,12 @@ func TestFaults(t *testing.T) {
 		},
 		{
 			name: "Temporal server killed and restarted",
-			inject: func(t *testing.T, s *stack, w **workerProcess) {
+			inject: func(t *testing.T, s *stack, l *load, w **workerProcess) {
+				killed := time.Now()
 				if err := s.Temporal.Kill(); err != nil {
 					t.Fatal(err)
 				}
-				time.Sleep(2 * time.Second)
+				l.waitStalled(t, killed, time.Second)
 				bin, err := devstack.TemporalCLI(context.Background(), testWriter{t})
 				if err != nil {
 					t.Fatal(err)
@@ -394,11 +663,11 @@ func TestFaults(t *testing.T) {
 				o.KafkaBrokers = strings.Split(clusterBrokers, ",")
 				o.KafkaReplicas = 3
 			},
-			inject: func(t *testing.T, s *stack, w **workerProcess) {
+			inject: func(t *testing.T, s *stack, l *load, w **workerProcess) {
 				leader := partitionLeader(t, s.Config.KafkaBrokers, workflows.EnrollmentTopic)
 				t.Logf("killing broker %d, leader of %s/0", leader, workflows.EnrollmentTopic)
 				kafkaScript(t, "kill-node", fmt.Sprint(leader), "--dir", clusterDir)
-				time.Sleep(15 * time.Second)
+				time.Sleep(15 * time.Second) // the fault: the old leader stays down that long
 				kafkaScript(t, "start-node", fmt.Sprint(leader), "--dir", clusterDir)
 			},
 		},
@@ -445,13 +714,31 @@ func TestFaults(t *testing.T) {
 			// around the middle, after the fault, under a client that
 			// manages 100–200 requests a second.
 			l := startLoad(t, c, fmt.Sprintf("fault%d", i), 4, 25*int(loadFor/time.Second), 4)
-			time.Sleep(loadFor / 3)
-			began := time.Now()
-			f.inject(t, s, &w)
-			t.Logf("fault injected and recovered in %s", time.Since(began).Round(time.Millisecond))
-			time.Sleep(loadFor * 2 / 3)
+			loadBegan := time.Now()
+			// The fault comes a third into the load, once claims flow, so
+			// there is work in flight for it to hit.
+			waitFor(t, loadFor+time.Minute, "the load flowing for a third of its time", func() bool {
+				return time.Since(loadBegan) >= loadFor/3 && l.acceptedSince(loadBegan) >= 10
+			})
+			var fw faultWindow
+			fw.start = time.Now()
+			killed := w
+			f.inject(t, s, l, &w)
+			fw.end = time.Now()
+			t.Logf("fault injected and recovered in %s", fw.end.Sub(fw.start).Round(time.Millisecond))
+			// The rest of the load runs on the recovered stack, which must
+			// accept claims again.
+			waitFor(t, loadFor+2*time.Minute, "the rest of the load, with claims accepted after recovery", func() bool {
+				return time.Since(fw.end) >= loadFor*2/3 && l.acceptedSince(fw.end) >= 1
+			})
 			l.finish()
-			drainAndAudit(t, s, c, l)
+			// The drain below may retry more; what the fault itself caused
+			// is what the workers counted by now.
+			attempts := w.activityAttempts()
+			if killed != w {
+				attempts = attempts.add(killed.attempts)
+			}
+			drainAndAudit(t, s, c, l, fw, attempts)
 		})
 	}
 }
