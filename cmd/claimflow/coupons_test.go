@@ -427,11 +427,8 @@ func TestCoupons(t *testing.T) {
 	})
 
 	t.Run("coupon.used dead-lettered, retry publishes it once", func(t *testing.T) {
-		if s.Kafka == nil {
-			t.Skip("fault injection needs kfake")
-		}
 		couponID := issue(useTypeID, "u-dlq")
-		fault := s.Kafka.Cluster.Fault(kafkaProduceFault(workflows.CouponTopic))
+		removeFault := failProduces(t, s, workflows.CouponTopic)
 		got := c.must("POST", "/v1/coupons/"+couponID+"/use", map[string]any{"user_id": "u-dlq"}, http.StatusOK)
 		paid++
 		eventID := workflows.EventID(got["payout"].(map[string]any)["idempotency_key"].(string), workflows.EventCouponUsed)
@@ -458,7 +455,7 @@ func TestCoupons(t *testing.T) {
 		if k := c.must("GET", "/v1/coupons/"+couponID, nil, http.StatusOK); k["status"] != "used" {
 			t.Fatalf("a paid coupon stays used while its event is parked: %v", k)
 		}
-		fault.Remove()
+		removeFault()
 		c.must("POST", fmt.Sprintf("/v1/dead-letters/%v/retry", dl["id"]), nil, http.StatusAccepted)
 		waitFor(t, 30*time.Second, "dead letter resolved", func() bool {
 			_, got, _ := c.do("GET", fmt.Sprintf("/v1/dead-letters/%v", dl["id"]), nil)

@@ -326,6 +326,82 @@ func kafkaProduceFault(topic string) kfake.Fault {
 	return kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Count: -1, Err: kerr.NotEnoughReplicas}
 }
 
+// failProduces makes every acks=all produce to topic fail with
+// NOT_ENOUGH_REPLICAS until the returned func runs, on kfake and on a real
+// Apache Kafka alike. On a real broker it raises the topic's
+// min.insync.replicas above its replication factor: the broker then refuses
+// the write exactly as it does after losing replicas, and the app's producer
+// sees the same retriable error it sees from kfake's fault hook.
+func failProduces(t *testing.T, s *stack, topic string) (remove func()) {
+	t.Helper()
+	if s.Kafka != nil {
+		f := s.Kafka.Cluster.Fault(kafkaProduceFault(topic))
+		return f.Remove
+	}
+	cfg := sarama.NewConfig()
+	v, err := sarama.ParseKafkaVersion(activities.DefaultKafkaVersion)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Version = v
+	admin, err := sarama.NewClusterAdmin(s.Config.KafkaBrokers, cfg)
+	if err != nil {
+		t.Fatalf("kafka admin: %v", err)
+	}
+	meta, err := admin.DescribeTopics([]string{topic})
+	if err != nil || len(meta) != 1 || len(meta[0].Partitions) == 0 {
+		t.Fatalf("describe %s: %v %v", topic, err, meta)
+	}
+	before := topicConfig(admin, topic, "min.insync.replicas")
+	minISR := fmt.Sprint(len(meta[0].Partitions[0].Replicas) + 1)
+	set := func(op sarama.IncrementalAlterConfigsOperation, value *string) error {
+		return admin.IncrementalAlterConfig(sarama.TopicResource, topic, map[string]sarama.IncrementalAlterConfigsEntry{
+			"min.insync.replicas": {Operation: op, Value: value},
+		}, false)
+	}
+	if err := set(sarama.IncrementalAlterConfigsOperationSet, &minISR); err != nil {
+		t.Fatalf("raise min.insync.replicas of %s to %s: %v", topic, minISR, err)
+	}
+	waitTopicConfig(t, admin, topic, "min.insync.replicas", minISR)
+	removed := false
+	remove = func() {
+		if removed {
+			return
+		}
+		removed = true
+		if err := set(sarama.IncrementalAlterConfigsOperationDelete, nil); err != nil {
+			t.Errorf("reset min.insync.replicas of %s: %v", topic, err)
+		}
+		waitTopicConfig(t, admin, topic, "min.insync.replicas", before)
+		admin.Close()
+	}
+	t.Cleanup(remove)
+	return remove
+}
+
+// topicConfig is a topic's config value as the broker reports it ("" if
+// it cannot say).
+func topicConfig(admin sarama.ClusterAdmin, topic, name string) string {
+	entries, err := admin.DescribeConfig(sarama.ConfigResource{Type: sarama.TopicResource, Name: topic, ConfigNames: []string{name}})
+	if err != nil {
+		return ""
+	}
+	for _, e := range entries {
+		if e.Name == name {
+			return e.Value
+		}
+	}
+	return ""
+}
+
+// waitTopicConfig polls until the broker reports the topic config value.
+func waitTopicConfig(t *testing.T, admin sarama.ClusterAdmin, topic, name, want string) {
+	t.Helper()
+	waitFor(t, 30*time.Second, fmt.Sprintf("%s of %s = %s", name, topic, want), func() bool {
+		return topicConfig(admin, topic, name) == want
+	})
+}
+
 func TestIntegration(t *testing.T) {
 	if testing.Short() {
 		t.Skip("integration tests start the real stack; skipped with -short")
@@ -333,75 +409,13 @@ func TestIntegration(t *testing.T) {
 	s := testStack(t, dataDir(t))
 	c := newAPIClient(t, s)
 
-	t.Run("concurrent students never oversell", func(t *testing.T) {
-		c.must("POST", "/v1/courses", map[string]any{"id": "hot101", "title": "Hot course", "capacity": 20}, http.StatusCreated)
-		const students = 200
-		type answer struct {
-			status int
-			body   map[string]any
-			err    error
-		}
-		answers := make([]answer, students)
-		var wg sync.WaitGroup
-		start := make(chan struct{})
-		for i := range students {
-			wg.Go(func() {
-				<-start
-				st, body, err := c.do("POST", "/v1/courses/hot101/enrollments", map[string]any{"student_id": fmt.Sprintf("st-%03d", i)})
-				answers[i] = answer{st, body, err}
-			})
-		}
-		began := time.Now()
-		close(start)
-		wg.Wait()
-		t.Logf("%d concurrent enrollments answered in %s", students, time.Since(began).Round(time.Millisecond))
-
-		created, full := 0, 0
-		enrolledIDs := map[string]bool{}
-		for i, a := range answers {
-			switch {
-			case a.err != nil:
-				t.Errorf("student %d: %v", i, a.err)
-			case a.status == http.StatusCreated:
-				created++
-				enrolledIDs[a.body["id"].(string)] = true
-			case a.status == http.StatusConflict && errorCode(a.body) == "course_full":
-				full++
-			default:
-				t.Errorf("student %d: %d %v", i, a.status, a.body)
-			}
-		}
-		if created != 20 || full != 180 || len(enrolledIDs) != 20 {
-			t.Fatalf("created=%d (distinct %d) course_full=%d, want 20, 20, 180", created, len(enrolledIDs), full)
-		}
-		course := c.must("GET", "/v1/courses/hot101", nil, http.StatusOK)
-		if course["enrolled"] != float64(20) || course["available"] != float64(0) {
-			t.Fatalf("course after the rush: %v", course)
-		}
-		waitFor(t, time.Minute, "20 confirmed enrollment events", func() bool {
-			return len(eventsFor(topicEvents(t, s, workflows.EnrollmentTopic), workflows.EventEnrollmentConfirmed)) >= 20
+	// Both enrollment paths meet the same database guards: the batcher's
+	// group-committed ReserveSeats and the per-request ReserveSeat.
+	for _, mode := range []string{"batch", "single"} {
+		t.Run("concurrent students never oversell/"+mode, func(t *testing.T) {
+			oversellRush(t, s, apiInMode(t, s, c, mode), "hot-"+mode)
 		})
-		confirmed := map[string]int{}
-		for id, n := range eventsFor(topicEvents(t, s, workflows.EnrollmentTopic), workflows.EventEnrollmentConfirmed) {
-			if enrolledIDs[id] {
-				confirmed[id] = n
-			}
-		}
-		if len(confirmed) != 20 {
-			t.Fatalf("confirmed events for %d of the 20 enrollments", len(confirmed))
-		}
-		for id, n := range confirmed {
-			if n != 1 {
-				t.Errorf("enrollment %s has %d confirmed events, want 1", id, n)
-			}
-		}
-		for id := range enrolledIDs {
-			waitFor(t, 30*time.Second, "enrollment "+id+" confirmed", func() bool {
-				_, e, _ := c.do("GET", "/v1/enrollments/"+id, nil)
-				return e["status"] == "confirmed"
-			})
-		}
-	})
+	}
 
 	t.Run("duplicate and invalid requests", func(t *testing.T) {
 		c.must("POST", "/v1/courses", map[string]any{"id": "dup101", "title": "Dup", "capacity": 5}, http.StatusCreated)
@@ -446,9 +460,19 @@ func TestIntegration(t *testing.T) {
 	})
 
 	t.Run("metrics show what happened", func(t *testing.T) {
+		const fullSeries = `claimflow_claim_decisions_total{refusal="course_full",status="refused",workflow="Enrollment"}`
+		fullBefore := metricValue(metricsText(t, c), fullSeries)
+		c.must("POST", "/v1/courses", map[string]any{"id": "met101", "title": "Metrics", "capacity": 1}, http.StatusCreated)
+		c.must("POST", "/v1/courses/met101/enrollments?wait=confirmed", map[string]any{"student_id": "m-1"}, http.StatusCreated)
+		c.must("POST", "/v1/courses/met101/enrollments", map[string]any{"student_id": "m-1"}, http.StatusConflict)
+		c.must("POST", "/v1/courses/met101/enrollments", map[string]any{"student_id": "m-2"}, http.StatusConflict)
+		c.must("POST", "/v1/courses/met101/enrollments", map[string]any{"student_id": "m-3"}, http.StatusConflict)
 		text := metricsText(t, c)
+		if got := metricValue(text, fullSeries) - fullBefore; got != 2 {
+			t.Errorf("course_full decisions rose by %v for two refused students, want 2", got)
+		}
 		for _, want := range []string{
-			`claimflow_claim_decisions_total{refusal="course_full",status="refused",workflow="Enrollment"} 180`,
+			fullSeries,
 			`claimflow_claim_decisions_total{refusal="already_enrolled",status="refused",workflow="Enrollment"}`,
 			`claimflow_http_requests_total{method="POST",route="/v1/courses/:id/enrollments",status="409"}`,
 			`claimflow_activity_attempts_total{activity="Publish`, // single runs or batches
@@ -482,25 +506,25 @@ func TestIntegration(t *testing.T) {
 		if course := c.must("GET", "/v1/courses/can101", nil, http.StatusOK); course["enrolled"] != float64(0) {
 			t.Fatalf("second cancel changed the seat count: %v", course)
 		}
-		waitFor(t, 30*time.Second, "enrollment.cancelled event", func() bool {
-			return eventsFor(topicEvents(t, s, workflows.EnrollmentTopic), workflows.EventEnrollmentCancelled)[id] >= 1
-		})
-		time.Sleep(time.Second) // give a wrongly duplicated publish time to show up
-		if n := eventsFor(topicEvents(t, s, workflows.EnrollmentTopic), workflows.EventEnrollmentCancelled)[id]; n != 1 {
-			t.Fatalf("%d enrollment.cancelled events after two cancels, want 1", n)
-		}
 		re := c.must("POST", "/v1/courses/can101/enrollments?wait=confirmed", map[string]any{"student_id": "bob"}, http.StatusCreated)
 		if re["id"] == id || re["status"] != "confirmed" {
 			t.Fatalf("re-enrollment answered %v", re)
 		}
+		// Events of one course share a partition, so once the re-enrollment's
+		// confirmed event is there and no run of the course is open, a
+		// duplicated cancel publish would already be on the topic too.
+		waitFor(t, 30*time.Second, "re-enrollment's confirmed event after the cancel, and no open run", heldFor(time.Second, func() bool {
+			return eventsFor(topicEvents(t, s, workflows.EnrollmentTopic), workflows.EventEnrollmentConfirmed)[re["id"].(string)] >= 1 &&
+				openRunsOf(t, s, "can101") == 0
+		}))
+		if n := eventsFor(topicEvents(t, s, workflows.EnrollmentTopic), workflows.EventEnrollmentCancelled)[id]; n != 1 {
+			t.Fatalf("%d enrollment.cancelled events after two cancels, want 1", n)
+		}
 	})
 
 	t.Run("publish exhausted dead-letters, retry confirms once", func(t *testing.T) {
-		if s.Kafka == nil {
-			t.Skip("fault injection needs kfake")
-		}
 		c.must("POST", "/v1/courses", map[string]any{"id": "dlq101", "title": "DLQ", "capacity": 3}, http.StatusCreated)
-		fault := s.Kafka.Cluster.Fault(kafkaProduceFault(workflows.EnrollmentTopic))
+		removeFault := failProduces(t, s, workflows.EnrollmentTopic)
 		e := c.must("POST", "/v1/courses/dlq101/enrollments", map[string]any{"student_id": "dan"}, http.StatusCreated)
 		id := e["id"].(string)
 
@@ -511,7 +535,7 @@ func TestIntegration(t *testing.T) {
 		if dl["event_id"] != workflows.EventID(id, workflows.EventEnrollmentConfirmed) || dl["status"] != "open" {
 			t.Fatalf("dead letter: %v", dl)
 		}
-		fault.Remove()
+		removeFault()
 		dlID := fmt.Sprint(dl["id"])
 		c.must("POST", "/v1/dead-letters/"+dlID+"/retry", nil, http.StatusAccepted)
 		waitFor(t, 30*time.Second, "confirmed after retry", func() bool {
@@ -532,15 +556,12 @@ func TestIntegration(t *testing.T) {
 	})
 
 	t.Run("dead letter compensated gives the seat back", func(t *testing.T) {
-		if s.Kafka == nil {
-			t.Skip("fault injection needs kfake")
-		}
 		c.must("POST", "/v1/courses", map[string]any{"id": "cmp101", "title": "Compensate", "capacity": 1}, http.StatusCreated)
-		fault := s.Kafka.Cluster.Fault(kafkaProduceFault(workflows.EnrollmentTopic))
+		removeFault := failProduces(t, s, workflows.EnrollmentTopic)
 		e := c.must("POST", "/v1/courses/cmp101/enrollments", map[string]any{"student_id": "fay"}, http.StatusCreated)
 		id := e["id"].(string)
 		dl := waitDeadLetter(t, c, id)
-		fault.Remove()
+		removeFault()
 		c.must("POST", fmt.Sprintf("/v1/dead-letters/%v/compensate", dl["id"]), nil, http.StatusAccepted)
 		waitFor(t, 30*time.Second, "failed after compensation", func() bool {
 			_, got, _ := c.do("GET", "/v1/enrollments/"+id, nil)
@@ -562,6 +583,145 @@ func TestIntegration(t *testing.T) {
 		// The freed seat can be taken again.
 		c.must("POST", "/v1/courses/cmp101/enrollments", map[string]any{"student_id": "gus"}, http.StatusCreated)
 	})
+}
+
+// apiInMode is a client of an API in the given ENROLL_MODE: the stack's own
+// when it runs in that mode, else a second API started on the same stack.
+func apiInMode(t *testing.T, s *stack, c *apiClient, mode string) *apiClient {
+	t.Helper()
+	if s.Config.EnrollMode == mode {
+		return c
+	}
+	cfg := s.Config
+	cfg.EnrollMode = mode
+	cfg.HTTPAddr = "127.0.0.1:0"
+	svc, err := startAPI(cfg, s.log, s.Pool, s.Client, newTelemetry())
+	if err != nil {
+		t.Fatalf("start a second API in %s mode: %v", mode, err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := svc.Stop(ctx); err != nil {
+			t.Errorf("stop the %s API: %v", mode, err)
+		}
+	})
+	c2 := *c
+	c2.t = t
+	c2.base = "http://" + svc.Addr
+	return &c2
+}
+
+// oversellRush sends 200 students at a course of 20 seats at once: exactly
+// 20 are enrolled, each with exactly one confirmed event, and 180 hear
+// course_full.
+func oversellRush(t *testing.T, s *stack, c *apiClient, course string) {
+	c.must("POST", "/v1/courses", map[string]any{"id": course, "title": "Hot course", "capacity": 20}, http.StatusCreated)
+	const students = 200
+	type answer struct {
+		status  int
+		body    map[string]any
+		err     error
+		retried bool // after a 503
+	}
+	answers := make([]answer, students)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range students {
+		wg.Go(func() {
+			<-start
+			// A 503 (no decision within the API's deadline, with
+			// Retry-After) is retried as a client would: the same student
+			// meets the same run, and if that run gave them the seat the
+			// retry hears already_enrolled with the enrollment's ID.
+			for try := 0; ; try++ {
+				st, body, err := c.do("POST", "/v1/courses/"+course+"/enrollments", map[string]any{"student_id": fmt.Sprintf("st-%03d", i)})
+				answers[i] = answer{st, body, err, try > 0}
+				if err != nil || st != http.StatusServiceUnavailable || try == 5 {
+					return
+				}
+				time.Sleep(time.Second)
+			}
+		})
+	}
+	began := time.Now()
+	close(start)
+	wg.Wait()
+	t.Logf("%d concurrent enrollments answered in %s", students, time.Since(began).Round(time.Millisecond))
+
+	created, full, retried := 0, 0, 0
+	enrolledIDs := map[string]bool{}
+	for i, a := range answers {
+		if a.retried {
+			retried++
+		}
+		switch {
+		case a.err != nil:
+			t.Errorf("student %d: %v", i, a.err)
+		case a.status == http.StatusCreated:
+			created++
+			enrolledIDs[a.body["id"].(string)] = true
+		case a.retried && a.status == http.StatusConflict && errorCode(a.body) == "already_enrolled":
+			created++
+			enrolledIDs[a.body["enrollment_id"].(string)] = true
+		case a.status == http.StatusConflict && errorCode(a.body) == "course_full":
+			full++
+		default:
+			t.Errorf("student %d: %d %v", i, a.status, a.body)
+		}
+	}
+	if retried > 0 {
+		t.Logf("%d students were answered 503 at first and asked again", retried)
+	}
+	if created != 20 || full != 180 || len(enrolledIDs) != 20 {
+		t.Fatalf("created=%d (distinct %d) course_full=%d, want 20, 20, 180", created, len(enrolledIDs), full)
+	}
+	if got := c.must("GET", "/v1/courses/"+course, nil, http.StatusOK); got["enrolled"] != float64(20) || got["available"] != float64(0) {
+		t.Fatalf("course after the rush: %v", got)
+	}
+	waitFor(t, time.Minute, "a confirmed event for each of the 20 enrollments", func() bool {
+		events := eventsFor(topicEvents(t, s, workflows.EnrollmentTopic), workflows.EventEnrollmentConfirmed)
+		for id := range enrolledIDs {
+			if events[id] == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	confirmed := map[string]int{}
+	for id, n := range eventsFor(topicEvents(t, s, workflows.EnrollmentTopic), workflows.EventEnrollmentConfirmed) {
+		if enrolledIDs[id] {
+			confirmed[id] = n
+		}
+	}
+	if len(confirmed) != 20 {
+		t.Fatalf("confirmed events for %d of the 20 enrollments", len(confirmed))
+	}
+	for id, n := range confirmed {
+		if n != 1 {
+			t.Errorf("enrollment %s has %d confirmed events, want 1", id, n)
+		}
+	}
+	for id := range enrolledIDs {
+		waitFor(t, 30*time.Second, "enrollment "+id+" confirmed", func() bool {
+			_, e, _ := c.do("GET", "/v1/enrollments/"+id, nil)
+			return e["status"] == "confirmed"
+		})
+	}
+}
+
+// metricValue is the value of one series in a Prometheus exposition (0 if
+// absent).
+func metricValue(text, series string) float64 {
+	for _, line := range strings.Split(text, "\n") {
+		if rest, ok := strings.CutPrefix(line, series+" "); ok {
+			var v float64
+			if _, err := fmt.Sscan(rest, &v); err == nil {
+				return v
+			}
+		}
+	}
+	return 0
 }
 
 // metricsText fetches the API's /metrics exposition.
