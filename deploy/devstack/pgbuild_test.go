@@ -295,7 +295,9 @@ func TestPostgresNoNetworkNoCache(t *testing.T) {
 }
 
 // cachedJar returns the real server build jar from the user's cache (put
-// there by any earlier `claimflow dev` without a system PostgreSQL).
+// there by any earlier `claimflow dev` without a system PostgreSQL). With
+// DEVSTACK_TEST_DOWNLOAD=1 a missing jar is fetched into that cache first,
+// so CI does not depend on which package ran first.
 func cachedJar(t *testing.T) (pgBuild, []byte) {
 	t.Helper()
 	b, ok := pgBuilds[runtime.GOOS+"/"+runtime.GOARCH]
@@ -306,9 +308,17 @@ func cachedJar(t *testing.T) (pgBuild, []byte) {
 	if err != nil {
 		t.Skip(err)
 	}
-	jar, err := os.ReadFile(filepath.Join(cache, b.jarName()))
+	path := filepath.Join(cache, b.jarName())
+	if _, err := os.Stat(path); err != nil && os.Getenv("DEVSTACK_TEST_DOWNLOAD") == "1" {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		if _, err := ensurePGBuild(ctx, b, cache, pgRepository(""), tWriter{t}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	jar, err := os.ReadFile(path)
 	if err != nil {
-		t.Skipf("no cached server build (%v): run `claimflow dev` once without a system PostgreSQL, or TestPostgresRealDownload", err)
+		t.Skipf("no cached server build (%v): run `claimflow dev` once without a system PostgreSQL, or set DEVSTACK_TEST_DOWNLOAD=1", err)
 	}
 	return b, jar
 }
