@@ -326,18 +326,22 @@ func kafkaProduceFault(topic string) kfake.Fault {
 	return kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Count: -1, Err: kerr.NotEnoughReplicas}
 }
 
-// failProduces makes every acks=all produce to topic fail with
-// NOT_ENOUGH_REPLICAS until the returned func runs, on kfake and on a real
-// Apache Kafka alike. On a real broker it raises the topic's
-// min.insync.replicas above its replication factor: the broker then refuses
-// the write exactly as it does after losing replicas, and the app's producer
-// sees the same retriable error it sees from kfake's fault hook.
+// failProduces makes the broker refuse every produce to topic until the
+// returned func runs, on kfake and on a real Apache Kafka alike. kfake's fault
+// hook answers NOT_ENOUGH_REPLICAS (retriable, as after losing replicas). A
+// single Apache Kafka 4.x node caps min.insync.replicas at the replica count,
+// so there the topic's max.message.bytes is lowered to 1 instead: the broker
+// refuses each write with MESSAGE_TOO_LARGE, the app's producer returns the
+// error (rolling its idempotent epoch over) and the activity's retry policy
+// runs out into a dead letter. Restoring the setting is the broker taking
+// writes again.
 func failProduces(t *testing.T, s *stack, topic string) (remove func()) {
 	t.Helper()
 	if s.Kafka != nil {
 		f := s.Kafka.Cluster.Fault(kafkaProduceFault(topic))
 		return f.Remove
 	}
+	const setting = "max.message.bytes"
 	cfg := sarama.NewConfig()
 	v, err := sarama.ParseKafkaVersion(activities.DefaultKafkaVersion)
 	if err != nil {
@@ -348,21 +352,17 @@ func failProduces(t *testing.T, s *stack, topic string) (remove func()) {
 	if err != nil {
 		t.Fatalf("kafka admin: %v", err)
 	}
-	meta, err := admin.DescribeTopics([]string{topic})
-	if err != nil || len(meta) != 1 || len(meta[0].Partitions) == 0 {
-		t.Fatalf("describe %s: %v %v", topic, err, meta)
-	}
-	before := topicConfig(admin, topic, "min.insync.replicas")
-	minISR := fmt.Sprint(len(meta[0].Partitions[0].Replicas) + 1)
+	before := topicConfig(admin, topic, setting)
 	set := func(op sarama.IncrementalAlterConfigsOperation, value *string) error {
 		return admin.IncrementalAlterConfig(sarama.TopicResource, topic, map[string]sarama.IncrementalAlterConfigsEntry{
-			"min.insync.replicas": {Operation: op, Value: value},
+			setting: {Operation: op, Value: value},
 		}, false)
 	}
-	if err := set(sarama.IncrementalAlterConfigsOperationSet, &minISR); err != nil {
-		t.Fatalf("raise min.insync.replicas of %s to %s: %v", topic, minISR, err)
+	one := "1"
+	if err := set(sarama.IncrementalAlterConfigsOperationSet, &one); err != nil {
+		t.Fatalf("lower %s of %s to 1: %v", setting, topic, err)
 	}
-	waitTopicConfig(t, admin, topic, "min.insync.replicas", minISR)
+	waitTopicConfig(t, admin, topic, setting, one)
 	removed := false
 	remove = func() {
 		if removed {
@@ -370,9 +370,9 @@ func failProduces(t *testing.T, s *stack, topic string) (remove func()) {
 		}
 		removed = true
 		if err := set(sarama.IncrementalAlterConfigsOperationDelete, nil); err != nil {
-			t.Errorf("reset min.insync.replicas of %s: %v", topic, err)
+			t.Errorf("reset %s of %s: %v", setting, topic, err)
 		}
-		waitTopicConfig(t, admin, topic, "min.insync.replicas", before)
+		waitTopicConfig(t, admin, topic, setting, before)
 		admin.Close()
 	}
 	t.Cleanup(remove)
