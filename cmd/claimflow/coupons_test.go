@@ -470,8 +470,26 @@ func TestCoupons(t *testing.T) {
 	})
 
 	t.Run("vendor balance and payouts", func(t *testing.T) {
-		got := c.must("GET", "/v1/vendors/"+vendorID, nil, http.StatusOK)
+		// A vendor of its own: two of three issued coupons used.
+		own := "solo-" + run
+		c.must("POST", "/v1/vendors", map[string]any{"id": own, "name": "Solo Tea"}, http.StatusCreated)
+		typeID := "solo-" + run
+		c.must("POST", "/v1/coupon-types", map[string]any{"id": typeID, "vendor_id": own, "name": "solo",
+			"stock": 3, "payout_cents": 120}, http.StatusCreated)
+		for i, user := range []string{"v-1", "v-2", "v-3"} {
+			id := issue(typeID, user)
+			if i < 2 {
+				c.must("POST", "/v1/coupons/"+id+"/use", map[string]any{"user_id": user}, http.StatusOK)
+			}
+		}
+		got := c.must("GET", "/v1/vendors/"+own, nil, http.StatusOK)
 		payouts, _ := got["payouts"].([]any)
+		if got["balance_cents"] != float64(240) || got["payout_count"] != float64(2) || len(payouts) != 2 {
+			t.Fatalf("vendor after 2 paid uses of 120 cents: %v", got)
+		}
+		// The shared vendor: every use the subtests above paid, once.
+		got = c.must("GET", "/v1/vendors/"+vendorID, nil, http.StatusOK)
+		payouts, _ = got["payouts"].([]any)
 		if got["balance_cents"] != float64(250*paid) || got["payout_count"] != float64(paid) || len(payouts) != paid {
 			t.Fatalf("vendor after %d paid uses: %v", paid, got)
 		}
