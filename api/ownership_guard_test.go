@@ -85,7 +85,13 @@ func TestCancelChecksTheEnrollmentsOwner(t *testing.T) {
 // ownershipTestDB starts a private cluster for this test and migrates it.
 func ownershipTestDB(ctx context.Context, t *testing.T) *pgxpool.Pool {
 	t.Helper()
-	dir := t.TempDir()
+	// Under CLAIMFLOW_TEST_PG_ROOT when set (scripts/mutate stops clusters
+	// a crashed test left there).
+	dir, err := os.MkdirTemp(os.Getenv("CLAIMFLOW_TEST_PG_ROOT"), "api-pg-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
 	// Run as root, the cluster runs as the postgres system user.
 	for d := dir; d != "/" && d != "."; d = filepath.Dir(d) {
 		if d == filepath.Clean(os.TempDir()) {
