@@ -16,7 +16,7 @@ import (
 	sdkworker "go.temporal.io/sdk/worker"
 
 	"github.com/claimflow/claimflow/api"
-	"github.com/claimflow/claimflow/cmd/claimflow/internal/bench"
+	"github.com/claimflow/claimflow/internal/bench"
 )
 
 const benchUsage = `usage: claimflow bench <burst|peer|compare|floor> [flags]
