@@ -36,18 +36,18 @@ var sqlAllowed = map[string]string{
 	// its outbox peer's: the table names come from the package variables
 	// ClaimflowSchema and PeerSchema, never from input, and the values are
 	// still $n parameters. (To leave the list: one constant query per schema.)
-	"cmd/claimflow/internal/bench/audit.go:stageLatencies":    "table names from bench.ClaimflowSchema/PeerSchema",
-	"cmd/claimflow/internal/bench/audit.go:drain":             "table names from bench.ClaimflowSchema/PeerSchema",
-	"cmd/claimflow/internal/bench/audit.go:audit":             "table names from bench.ClaimflowSchema/PeerSchema",
-	"cmd/claimflow/internal/bench/audit.go:confirmedRate":     "table names from bench.ClaimflowSchema/PeerSchema",
-	"cmd/claimflow/internal/bench/audit.go:peakConfirmedRate": "table names from bench.ClaimflowSchema/PeerSchema",
+	"internal/bench/audit.go:stageLatencies":    "table names from bench.ClaimflowSchema/PeerSchema",
+	"internal/bench/audit.go:drain":             "table names from bench.ClaimflowSchema/PeerSchema",
+	"internal/bench/audit.go:audit":             "table names from bench.ClaimflowSchema/PeerSchema",
+	"internal/bench/audit.go:confirmedRate":     "table names from bench.ClaimflowSchema/PeerSchema",
+	"internal/bench/audit.go:peakConfirmedRate": "table names from bench.ClaimflowSchema/PeerSchema",
 	// Test helpers that take the statement from their callers, each of
 	// which passes a constant.
 	"cmd/claimflow/replicas_test.go:queryInt":     "test helper; callers pass constant SQL",
 	"cmd/claimflow/replicas_test.go:queryStrings": "test helper; callers pass constant SQL",
 }
 
-var sqlRoots = []string{".", "../api", "../cmd"}
+var sqlRoots = []string{".", "../api", "../cmd", "../internal"}
 
 type sqlFinding struct {
 	pos      token.Position

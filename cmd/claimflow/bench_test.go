@@ -1,11 +1,15 @@
 package main
 
-// The benchmark harness against the real stack, in its --quick form, so the
-// harness cannot rot: every subcommand runs end to end, writes the JSON keys
-// the issue names, and its audit finds nothing lost, duplicated or oversold.
+// The benchmark library against the real stack, in claimflow-bench's
+// --quick form, so the harness cannot rot: every run (burst, peer, compare,
+// floor) goes end to end, its JSON has the keys the issue names, and its
+// audit finds nothing lost, duplicated or oversold. The test lives here
+// rather than in cmd/claimflow-bench because this package's helpers start
+// the real stack in process; test imports do not link the bench into the
+// claimflow binary. claimflow-bench's own tests check that its flags build
+// these same options.
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"image/png"
@@ -16,6 +20,11 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	sdkworker "go.temporal.io/sdk/worker"
+
+	"github.com/claimflow/claimflow/api"
+	"github.com/claimflow/claimflow/internal/bench"
 )
 
 func TestBenchQuick(t *testing.T) {
@@ -25,68 +34,107 @@ func TestBenchQuick(t *testing.T) {
 	s := startTestStack(t, testStackOptions(t, dataDir(t)))
 	out := t.TempDir()
 	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	target := "http://" + s.API.Addr
-	run := func(t *testing.T, args ...string) string {
-		t.Helper()
+	// Each run is bounded on its own, as each claimflow-bench invocation is.
+	runCtx := func(t *testing.T) context.Context {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-		defer cancel()
-		var stdout bytes.Buffer
-		err := runBench(ctx, s.Config, log, args, &stdout, testWriter{t})
-		t.Logf("claimflow bench %s:\n%s", strings.Join(args, " "), stdout.String())
-		if err != nil {
-			t.Fatalf("bench %v: %v", args, err)
-		}
-		return stdout.String()
+		t.Cleanup(cancel)
+		return ctx
 	}
 
+	pool, err := openDB(runCtx(t), s.Config, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	token, err := mintToken(s.Config.Security.JWTSecret, "claimflow-bench", api.RoleAdmin, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// claimflow-bench burst --quick: 50/s for 5 s, 5 courses × 40 seats.
+	quick := func(sc bench.Scenario, progress time.Duration) bench.Options {
+		return bench.Options{
+			Scenario: sc, Courses: 5, Seats: 40, Students: 1_000_000,
+			Timeout: 60 * time.Second, MaxRetries: 3, DrainTimeout: time.Minute,
+			DB: pool, Kafka: kafkaConfig(s.Config, "claimflow-bench"),
+			Progress: testWriter{t}, ProgressEvery: progress, Log: log,
+		}
+	}
+	arm := bench.Arm{Name: "claimflow", URL: "http://" + s.API.Addr, Schema: bench.ClaimflowSchema, Token: token}
+
 	t.Run("burst", func(t *testing.T) {
-		jsonFile, plotFile := filepath.Join(out, "burst.json"), filepath.Join(out, "burst.png")
-		summary := run(t, "burst", "--quick", "--target", target, "--pid", strconv.Itoa(os.Getpid()),
-			"--progress", "1s", "--json", jsonFile, "--plot", plotFile)
+		o := quick(bench.QuickScenario(), time.Second)
+		a := arm
+		a.PIDs, a.RSSScope = []int{os.Getpid()}, "pids "+strconv.Itoa(os.Getpid())
+		r, err := bench.Run(runCtx(t), o, a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		summary := summarize(t, r)
 		for _, want := range []string{"http_reqs", "http_req_duration", "requested → recorded", "audit"} {
 			if !strings.Contains(summary, want) {
 				t.Errorf("summary lacks %q", want)
 			}
 		}
-		arm := readJSON(t, jsonFile)
-		checkArm(t, "burst", arm, 250)
-		if arm["rss_mb"] == nil {
-			t.Error("rss_mb is null although --pid was given")
+		j := asJSON(t, r)
+		checkArm(t, "burst", j, 250)
+		if j["rss_mb"] == nil {
+			t.Error("rss_mb is null although a PID was given")
 		}
-		checkPNG(t, plotFile)
+		checkPlot(t, filepath.Join(out, "burst.png"), r)
 	})
 
 	t.Run("peer", func(t *testing.T) {
-		jsonFile := filepath.Join(out, "peer.json")
-		run(t, "peer", "--quick", "--json", jsonFile)
-		checkArm(t, "peer", readJSON(t, jsonFile), 250)
+		r, err := bench.RunPeer(runCtx(t), quick(bench.QuickScenario(), 3*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		summarize(t, r)
+		checkArm(t, "peer", asJSON(t, r), 250)
 	})
 
 	t.Run("compare", func(t *testing.T) {
-		jsonFile, plotFile := filepath.Join(out, "compare.json"), filepath.Join(out, "compare.png")
-		table := run(t, "compare", "--quick", "--rate", "20", "--hold", "2s", "--target", target,
-			"--json", jsonFile, "--plot", plotFile)
-		if !strings.Contains(table, "| claimflow | peer (outbox) | claimflow ÷ peer |") {
+		// claimflow-bench compare --quick --rate 20 --hold 2s
+		sc := bench.ShapedScenario(20, 0, 2*time.Second, 0)
+		sc.MaxVUs = 200
+		c, err := bench.Compare(runCtx(t), quick(sc, 3*time.Second), arm)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var table strings.Builder
+		bench.WriteCompareTable(&table, c)
+		t.Logf("compare:\n%s", table.String())
+		if !strings.Contains(table.String(), "| claimflow | peer (outbox) | claimflow ÷ peer |") {
 			t.Error("compare printed no comparison table")
 		}
-		c := readJSON(t, jsonFile)
-		for _, arm := range []string{"claimflow", "peer"} {
-			a, _ := c[arm].(map[string]any)
-			checkArm(t, arm, a, 40)
+		j := asJSON(t, c)
+		for _, name := range []string{"claimflow", "peer"} {
+			a, _ := j[name].(map[string]any)
+			checkArm(t, name, a, 40)
 		}
-		ratio, _ := c["ratio"].(map[string]any)
+		ratio, _ := j["ratio"].(map[string]any)
 		for _, k := range []string{"throughput", "p50", "p95"} {
 			if v, ok := ratio[k].(float64); !ok || v <= 0 {
 				t.Errorf("ratio.%s = %v", k, ratio[k])
 			}
 		}
-		checkPNG(t, plotFile)
+		checkPlot(t, filepath.Join(out, "compare.png"), c.Claimflow, c.Peer)
 	})
 
 	t.Run("floor", func(t *testing.T) {
-		jsonFile := filepath.Join(out, "floor.json")
-		run(t, "floor", "--quick", "--json", jsonFile)
-		f := readJSON(t, jsonFile)
+		tc, err := dialTemporal(runCtx(t), s.Config, log, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tc.Close()
+		// claimflow-bench floor --quick: 100 workflows, 16 at once, 16 warm-up.
+		res, err := bench.Floor(runCtx(t), bench.FloorOptions{
+			Client: tc, Workflows: 100, Concurrency: 16, Warmup: 16, Progress: testWriter{t},
+			WorkerOptions: sdkworker.Options{MaxConcurrentActivityExecutionSize: s.Config.MaxActivities, WorkerStopTimeout: 20 * time.Second},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := asJSON(t, res)
 		if f["completed"] != float64(100) || f["errors"] != float64(0) {
 			t.Errorf("floor: %v", f)
 		}
@@ -96,17 +144,46 @@ func TestBenchQuick(t *testing.T) {
 	})
 }
 
-func readJSON(t *testing.T, path string) map[string]any {
+// summarize logs and returns the summary claimflow-bench prints for r.
+func summarize(t *testing.T, r *bench.Result) string {
 	t.Helper()
-	b, err := os.ReadFile(path)
+	var b strings.Builder
+	bench.WriteSummary(&b, r)
+	t.Logf("%s:\n%s", r.Name, b.String())
+	return b.String()
+}
+
+// asJSON is v as claimflow-bench's --json writes it, read back generically
+// so the test checks the keys a reader of the file sees.
+func asJSON(t *testing.T, v any) map[string]any {
+	t.Helper()
+	b, err := json.Marshal(v)
 	if err != nil {
 		t.Fatal(err)
 	}
 	m := map[string]any{}
 	if err := json.Unmarshal(b, &m); err != nil {
-		t.Fatalf("%s: %v", path, err)
+		t.Fatal(err)
 	}
 	return m
+}
+
+// checkPlot draws results as claimflow-bench's --plot does and checks the
+// file is a PNG of a useful size.
+func checkPlot(t *testing.T, path string, results ...*bench.Result) {
+	t.Helper()
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := bench.WritePlot(f, results...); err != nil {
+		f.Close()
+		t.Fatalf("plot: %v", err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	checkPNG(t, path)
 }
 
 // checkArm checks one arm's JSON: every key the issue lists, a clean audit,

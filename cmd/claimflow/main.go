@@ -7,7 +7,6 @@
 //	claimflow replay    check workflow histories against this build
 //	claimflow consumer  deliver each event's notification exactly once
 //	claimflow audit     compare topics with the notifications delivered
-//	claimflow bench     load-test claimflow and an outbox peer the same way
 //	claimflow token     mint a JWT for the local stack
 package main
 
@@ -33,13 +32,13 @@ commands:
   replay    replay workflow histories (files or live runs) against this build
   consumer  consume enrollment and coupon events and deliver their notifications
   audit     compare the consumed topics with the notifications table: lost, duplicates, order
-  bench     load-test with the user's k6 scenario: burst, peer (outbox), compare, floor
   token     print a JWT for the local stack: token --sub s-1 [--role admin] [--ttl 1h]
 
 environment (defaults fit 'claimflow dev'):
   ` + "%s" + `
 
 run 'claimflow <command> -h' for the command's flags.
+the load tool is a command of its own: claimflow-bench -h
 `
 
 func main() {
@@ -84,8 +83,6 @@ func main() {
 		err = runAudit(ctx, cfg, log, args, os.Stdout)
 	case "token":
 		err = runToken(ctx, cfg, log, args, os.Stdout)
-	case "bench":
-		err = runBench(ctx, cfg, log, args, os.Stdout, os.Stderr)
 	default:
 		fmt.Fprintf(os.Stderr, "claimflow: unknown command %q\n\n", cmd)
 		fmt.Fprintf(os.Stderr, usage, strings.Join(envVars, ", "))

@@ -10,8 +10,9 @@
 // Ramp from 0 to 2,000 iterations/s over 30 s, hold 2,000/s for 3 min 20 s,
 // ramp down over 10 s; each VU enrolls one student, then sleeps 1 s. The
 // same scenario, plus stage latencies from Postgres and an exactly-once audit
-// of the Kafka topic, is `claimflow bench burst` (and `bench compare` against
-// a transactional-outbox peer); this script only measures the HTTP side.
+// of the Kafka topic, is `claimflow-bench burst` (and `claimflow-bench
+// compare` against a transactional-outbox peer); this script only measures
+// the HTTP side.
 import http from 'k6/http';
 import { check, sleep } from 'k6';
 import exec from 'k6/execution';

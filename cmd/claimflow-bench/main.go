@@ -1,0 +1,345 @@
+// Command claimflow-bench load-tests claimflow with the user's k6 scenario
+// and measures a transactional-outbox peer the same way. It is a command of
+// its own so that the production binary links neither the load generator,
+// the peer nor the plot's font.
+//
+//	claimflow-bench burst     the scenario against a running claimflow API
+//	claimflow-bench peer      the same against the outbox peer run inside the bench
+//	claimflow-bench compare   burst, then peer, and the ratios
+//	claimflow-bench floor     the rate of an empty workflow on the same Temporal server
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	sdkworker "go.temporal.io/sdk/worker"
+
+	"github.com/claimflow/claimflow/internal/bench"
+)
+
+const usage = `usage: claimflow-bench <burst|peer|compare|floor> [flags]
+
+  burst     the user's k6 scenario against a running claimflow API (--target),
+            then stage latencies from Postgres and an exactly-once audit of Kafka
+  peer      the same against a transactional-outbox peer run inside the bench
+  compare   burst, then peer, back to back; prints both and the ratios
+  floor     the rate of an empty workflow on the same Temporal server
+
+Defaults are the user's scenario (0→2000/s over 30s, hold 3m20s, down over 10s,
+each VU enrolls then sleeps 1s); --quick is a 5 s run at 50/s for CI.
+
+environment (defaults fit 'claimflow dev'):
+  %s
+
+run 'claimflow-bench <command> -h' for its flags.
+`
+
+// errUsage is a command line that names no known subcommand; the usage
+// text has been printed.
+var errUsage = errors.New("usage")
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+		// -h asked for the usage: not a failure.
+	case errors.Is(err, errUsage):
+		os.Exit(2)
+	default:
+		fmt.Fprintln(os.Stderr, "claimflow-bench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprintf(stderr, usage, strings.Join(envNames, ", "))
+		return errUsage
+	}
+	switch args[0] {
+	case "-h", "-help", "--help", "help":
+		fmt.Fprintf(stdout, usage, strings.Join(envNames, ", "))
+		return flag.ErrHelp
+	case "burst", "peer", "compare", "floor":
+	default:
+		fmt.Fprintf(stderr, "claimflow-bench: unknown command %q\n\n", args[0])
+		fmt.Fprintf(stderr, usage, strings.Join(envNames, ", "))
+		return errUsage
+	}
+	env, err := loadEnv()
+	if err != nil {
+		return err
+	}
+	log := newLogger(env, stderr)
+	if args[0] == "floor" {
+		return runFloor(ctx, env, log, args[1:], stdout, stderr)
+	}
+	return runLoad(ctx, env, log, args[0], args[1:], stdout, stderr)
+}
+
+func newLogger(env benchEnv, w io.Writer) *slog.Logger {
+	opts := &slog.HandlerOptions{Level: env.LogLevel}
+	if env.LogFormat == "text" {
+		return slog.New(slog.NewTextHandler(w, opts))
+	}
+	return slog.New(slog.NewJSONHandler(w, opts))
+}
+
+// loadRun is a burst, peer or compare run as its flags describe it; the
+// database pool is opened only once the flags are known to be good.
+type loadRun struct {
+	mode     string
+	opts     bench.Options
+	arm      bench.Arm
+	token    string
+	dataDir  string
+	jsonOut  string
+	plotOut  string
+	pidFlags stringList
+}
+
+// stringList is a repeatable flag.
+type stringList []string
+
+func (s *stringList) String() string     { return strings.Join(*s, ",") }
+func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
+
+// parseLoad reads the flags of burst, peer and compare.
+func parseLoad(env benchEnv, mode string, args []string, stderr io.Writer) (loadRun, error) {
+	fs := flag.NewFlagSet("claimflow-bench "+mode, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	user := bench.UserScenario()
+	target := fs.String("target", "http://"+env.HTTPAddr, "base URL of the claimflow API under test (burst, compare)")
+	rate := fs.Float64("rate", 2000, "target arrival rate, iterations per second")
+	ramp := fs.Duration("ramp", user.Stages[0].Duration, "ramp from 0 to --rate over this long (0: start at --rate)")
+	hold := fs.Duration("hold", user.Stages[1].Duration, "hold --rate this long")
+	rampdown := fs.Duration("rampdown", user.Stages[2].Duration, "ramp down to 0 over this long")
+	sleep := fs.Duration("sleep", user.Sleep, "each VU sleeps this long after its enrollment")
+	maxVUs := fs.Int("max-vus", user.MaxVUs, "VUs available; an arrival finding all busy is dropped")
+	courses := fs.Int("courses", 100, "courses created for the run")
+	seats := fs.Int("seats", 5000, "capacity of each course")
+	students := fs.Int("students", 1_000_000, "distinct students; iteration n enrolls student n mod this")
+	quick := fs.Bool("quick", false, "a small run for CI: 50/s for 5 s, 5 courses × 40 seats (explicit flags still win)")
+	timeout := fs.Duration("timeout", 60*time.Second, "HTTP request timeout (k6's default)")
+	maxRetries := fs.Int("max-retries", 3, "retries of one iteration after a 429/503 carrying Retry-After")
+	drainTimeout := fs.Duration("drain-timeout", 3*time.Minute, "how long to wait for the run's enrollments to settle before the audit")
+	progressEvery := fs.Duration("progress", 3*time.Second, "interval of the live progress line on stderr")
+	r := loadRun{mode: mode}
+	fs.StringVar(&r.jsonOut, "json", "", "write every figure as JSON to this file")
+	fs.StringVar(&r.plotOut, "plot", "", "draw throughput and latency percentiles per second into this PNG")
+	fs.StringVar(&r.token, "token", "", "bearer token for the claimflow API (an admin's); default: one minted from JWT_SECRET or <data-dir>/jwt-secret when there is one")
+	fs.StringVar(&r.dataDir, "data-dir", ".claimflow", "the 'claimflow dev' data dir whose jwt-secret signs the default token")
+	fs.Var(&r.pidFlags, "pid", "process whose peak RSS is reported for claimflow (repeatable; e.g. the 'claimflow dev' process)")
+	if err := fs.Parse(args); err != nil {
+		return r, err
+	}
+	if fs.NArg() > 0 {
+		return r, fmt.Errorf("unexpected arguments %v", fs.Args())
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+
+	sc := bench.ShapedScenario(*rate, *ramp, *hold, *rampdown)
+	if *quick {
+		q := bench.QuickScenario()
+		if set["rate"] || set["ramp"] || set["hold"] || set["rampdown"] {
+			q = bench.ShapedScenario(pick(set["rate"], *rate, 50), pick(set["ramp"], *ramp, 0),
+				pick(set["hold"], *hold, 5*time.Second), pick(set["rampdown"], *rampdown, 0))
+			q.MaxVUs = 200
+		}
+		sc = q
+		if !set["courses"] {
+			*courses = 5
+		}
+		if !set["seats"] {
+			*seats = 40
+		}
+		if !set["drain-timeout"] {
+			*drainTimeout = time.Minute
+		}
+	}
+	if set["max-vus"] || !*quick {
+		sc.MaxVUs = *maxVUs
+	}
+	sc.Sleep = *sleep
+	pids, err := bench.ParsePIDs(r.pidFlags)
+	if err != nil {
+		return r, err
+	}
+	r.opts = bench.Options{
+		Scenario: sc, Courses: *courses, Seats: *seats, Students: *students,
+		Timeout: *timeout, MaxRetries: *maxRetries, DrainTimeout: *drainTimeout,
+		Kafka:    env.kafkaConfig("claimflow-bench"),
+		Progress: stderr, ProgressEvery: *progressEvery,
+	}
+	r.arm = bench.Arm{Name: "claimflow", URL: strings.TrimRight(*target, "/"), Schema: bench.ClaimflowSchema, PIDs: pids}
+	if len(pids) > 0 {
+		r.arm.RSSScope = fmt.Sprintf("pids %s", r.pidFlags.String())
+	}
+	return r, nil
+}
+
+func pick[T any](explicit bool, v, def T) T {
+	if explicit {
+		return v
+	}
+	return def
+}
+
+func runLoad(ctx context.Context, env benchEnv, log *slog.Logger, mode string, args []string, stdout, stderr io.Writer) error {
+	r, err := parseLoad(env, mode, args, stderr)
+	if err != nil {
+		return err
+	}
+	pool, err := openDB(ctx, env, 64)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	o := r.opts
+	o.DB, o.Log = pool, log
+	if err := o.Validate(); err != nil {
+		return err
+	}
+	arm := r.arm
+	arm.Token = r.token
+	if arm.Token == "" && mode != "peer" {
+		arm.Token, err = mintAdminToken(env, r.dataDir, o.Scenario.Duration()+o.DrainTimeout+time.Hour)
+		if err != nil {
+			return err
+		}
+	}
+
+	var out any
+	var plotted []*bench.Result
+	var failedAudit bool
+	switch mode {
+	case "burst", "peer":
+		var res *bench.Result
+		if mode == "burst" {
+			res, err = bench.Run(ctx, o, arm)
+		} else {
+			res, err = bench.RunPeer(ctx, o)
+		}
+		if err != nil {
+			return err
+		}
+		bench.WriteSummary(stdout, res)
+		out, plotted, failedAudit = res, []*bench.Result{res}, !res.Audit.OK()
+	case "compare":
+		c, err := bench.Compare(ctx, o, arm)
+		if err != nil {
+			return err
+		}
+		bench.WriteSummary(stdout, c.Claimflow)
+		bench.WriteSummary(stdout, c.Peer)
+		fmt.Fprintln(stdout)
+		bench.WriteCompareTable(stdout, c)
+		out, plotted = c, []*bench.Result{c.Claimflow, c.Peer}
+		failedAudit = !c.Claimflow.Audit.OK() || !c.Peer.Audit.OK()
+	}
+	if r.jsonOut != "" {
+		if err := writeJSONFile(r.jsonOut, out); err != nil {
+			return err
+		}
+	}
+	if r.plotOut != "" {
+		if err := writePlotFile(r.plotOut, plotted); err != nil {
+			return err
+		}
+	}
+	if failedAudit {
+		return errors.New("the exactly-once audit found lost, duplicated, missing or oversold claims (see above)")
+	}
+	return nil
+}
+
+func runFloor(ctx context.Context, env benchEnv, log *slog.Logger, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("claimflow-bench floor", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	n := fs.Int("workflows", 2000, "empty workflows to run")
+	concurrency := fs.Int("concurrency", 64, "workflows started and awaited at once")
+	warmup := fs.Int("warmup", 64, "empty workflows run first and not counted (pollers and task queue warm up)")
+	quick := fs.Bool("quick", false, "a small run for CI: 100 workflows, 16 at once, 16 warm-up")
+	jsonOut := fs.String("json", "", "write the figures as JSON to this file")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %v", fs.Args())
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if *quick {
+		if !set["workflows"] {
+			*n = 100
+		}
+		if !set["concurrency"] {
+			*concurrency = 16
+		}
+		if !set["warmup"] {
+			*warmup = 16
+		}
+	}
+	tc, err := dialTemporal(ctx, env, log)
+	if err != nil {
+		return err
+	}
+	defer tc.Close()
+	fmt.Fprintf(stderr, "floor: %d empty workflows (after %d warm-up), %d at once, on %s task queue %s\n",
+		*n, *warmup, *concurrency, env.TemporalAddress, bench.FloorTaskQueue)
+	res, err := bench.Floor(ctx, bench.FloorOptions{
+		Client: tc, Workflows: *n, Concurrency: *concurrency, Warmup: *warmup, Progress: stderr,
+		// claimflow's worker settings (worker.New), for a like-for-like floor.
+		WorkerOptions: sdkworker.Options{MaxConcurrentActivityExecutionSize: env.MaxActivities, WorkerStopTimeout: 20 * time.Second},
+	})
+	if err != nil {
+		return err
+	}
+	bench.WriteFloorTable(stdout, res)
+	if *jsonOut != "" {
+		if err := writeJSONFile(*jsonOut, res); err != nil {
+			return err
+		}
+	}
+	if res.Errors > 0 {
+		return fmt.Errorf("%d of %d empty workflows failed: %s", res.Errors, res.Workflows, res.FirstError)
+	}
+	return nil
+}
+
+func writeJSONFile(path string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encode --json: %w", err)
+	}
+	if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
+		return fmt.Errorf("write --json %s: %w", path, err)
+	}
+	return nil
+}
+
+func writePlotFile(path string, results []*bench.Result) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("write --plot %s: %w", path, err)
+	}
+	if err := bench.WritePlot(f, results...); err != nil {
+		f.Close()
+		return fmt.Errorf("draw --plot %s: %w", path, err)
+	}
+	return f.Close()
+}

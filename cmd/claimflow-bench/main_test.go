@@ -1,0 +1,76 @@
+package main
+
+// The flags alone, with no stack: that each subcommand answers -h, and that
+// --quick builds the options cmd/claimflow's TestBenchQuick runs against the
+// real stack, so the two cannot drift apart unnoticed.
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"io"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/claimflow/claimflow/internal/bench"
+)
+
+func TestHelpIsNotAFailure(t *testing.T) {
+	for _, args := range [][]string{{"-h"}, {"--help"}, {"help"}, {"burst", "-h"}, {"peer", "-h"}, {"compare", "-h"}, {"floor", "-h"}} {
+		var out, errOut strings.Builder
+		err := run(context.Background(), args, &out, &errOut)
+		if !errors.Is(err, flag.ErrHelp) {
+			t.Errorf("%v: %v, want flag.ErrHelp (exit 0)", args, err)
+		}
+		if !strings.Contains(out.String()+errOut.String(), "-") {
+			t.Errorf("%v printed no usage", args)
+		}
+	}
+	for _, args := range [][]string{nil, {"capacity"}} {
+		if err := run(context.Background(), args, io.Discard, io.Discard); !errors.Is(err, errUsage) {
+			t.Errorf("%v: %v, want the usage error (exit 2)", args, err)
+		}
+	}
+}
+
+func TestQuickFlags(t *testing.T) {
+	env := benchEnv{HTTPAddr: "127.0.0.1:8080", KafkaBrokers: []string{"127.0.0.1:9092"}}
+	parse := func(mode string, args ...string) loadRun {
+		t.Helper()
+		r, err := parseLoad(env, mode, args, io.Discard)
+		if err != nil {
+			t.Fatalf("%s %v: %v", mode, args, err)
+		}
+		return r
+	}
+
+	r := parse("burst", "--quick", "--pid", "42")
+	if !reflect.DeepEqual(r.opts.Scenario, bench.QuickScenario()) {
+		t.Errorf("burst --quick scenario = %+v, want %+v", r.opts.Scenario, bench.QuickScenario())
+	}
+	o := r.opts
+	if o.Courses != 5 || o.Seats != 40 || o.Students != 1_000_000 || o.DrainTimeout != time.Minute ||
+		o.Timeout != 60*time.Second || o.MaxRetries != 3 {
+		t.Errorf("burst --quick options = %+v", o)
+	}
+	if r.arm.URL != "http://127.0.0.1:8080" || !reflect.DeepEqual(r.arm.PIDs, []int{42}) || r.arm.RSSScope != "pids 42" {
+		t.Errorf("burst arm = %+v", r.arm)
+	}
+
+	want := bench.ShapedScenario(20, 0, 2*time.Second, 0)
+	want.MaxVUs = 200
+	if got := parse("compare", "--quick", "--rate", "20", "--hold", "2s").opts.Scenario; !reflect.DeepEqual(got, want) {
+		t.Errorf("compare --quick --rate 20 --hold 2s scenario = %+v, want %+v", got, want)
+	}
+
+	user := parse("burst").opts
+	if !reflect.DeepEqual(user.Scenario, bench.UserScenario()) || user.Courses != 100 || user.Seats != 5000 {
+		t.Errorf("burst without flags = %+v, want the user's scenario", user)
+	}
+
+	if _, err := parseLoad(env, "burst", []string{"extra"}, io.Discard); err == nil {
+		t.Error("a stray argument was accepted")
+	}
+}
