@@ -39,10 +39,7 @@ func couponStatusSetter(state *CouponState) func(workflow.Context, CouponStatus)
 		if s == CouponRefused {
 			claim = string(state.Refusal)
 		}
-		// A failed upsert only makes the UI filter stale; it must not fail the saga.
-		if err := workflow.UpsertTypedSearchAttributes(ctx, SearchClaimStatus.ValueSet(claim)); err != nil {
-			workflow.GetLogger(ctx).Warn("upsert ClaimStatus failed", "error", err)
-		}
+		upsertClaimStatus(ctx, claim)
 	}
 }
 
@@ -66,34 +63,17 @@ func parkingFor(state *CouponState, setStatus func(workflow.Context, CouponStatu
 }
 
 func couponUndecided(couponID string, err error) CouponDecision {
-	d := undecided(couponID, err)
-	return CouponDecision{CouponID: couponID, Status: CouponFailed, Message: d.Message}
-}
-
-// awaitHandlers lets every waiting caller have its answer before the run
-// closes, also when the run was cancelled.
-func awaitHandlers(ctx workflow.Context) {
-	_ = awaitDisconnected(ctx, func() bool { return workflow.AllHandlersFinished(ctx) })
-}
-
-func awaitDisconnected(ctx workflow.Context, cond func() bool) error {
-	dctx, cancel := workflow.NewDisconnectedContext(ctx)
-	defer cancel()
-	return workflow.Await(dctx, cond)
+	return CouponDecision{CouponID: couponID, Status: CouponFailed, Message: undecidedMessage(err)}
 }
 
 // ---- IssueCoupon ----
 
 // issue is one run of the issue saga.
 type issue struct {
+	claim[CouponState, CouponDecision]
 	in        IssueCouponInput
-	state     CouponState
 	setStatus func(workflow.Context, CouponStatus)
-	decision  *CouponDecision
-	// answered counts decision requests: the first is the claim itself, any
-	// later one a second claim of the same type by the same user.
-	answered int
-	saga     saga
+	saga      saga
 	// revoked is what the compensation found: the coupon was taken back.
 	revoked bool
 }
@@ -106,62 +86,31 @@ type issue struct {
 // back, coupon.revoked) unless it is already being used, in which case the
 // event is discarded.
 func IssueCoupon(ctx workflow.Context, in IssueCouponInput) (CouponState, error) {
-	is := &issue{in: in, state: CouponState{
-		CouponID: in.CouponID, CouponTypeID: in.TypeID, UserID: in.UserID, Status: CouponPending,
-	}}
+	is := &issue{in: in}
+	is.state = CouponState{CouponID: in.CouponID, CouponTypeID: in.TypeID, UserID: in.UserID, Status: CouponPending}
 	is.setStatus = couponStatusSetter(&is.state)
-	if err := is.registerHandlers(ctx); err != nil {
+	is.onDecide = func(ctx workflow.Context, d CouponDecision) { is.setStatus(ctx, d.Status) }
+	if err := is.register(ctx, answerSecondIssue); err != nil {
 		return is.state, err
 	}
 	err := is.run(ctx)
-	if is.decision == nil {
-		is.decide(ctx, couponUndecided(in.CouponID, err))
-	}
-	awaitHandlers(ctx)
+	is.end(ctx, err, func(err error) CouponDecision { return couponUndecided(in.CouponID, err) })
 	return is.state, err
 }
 
-func (is *issue) registerHandlers(ctx workflow.Context) error {
-	if err := workflow.SetQueryHandler(ctx, QueryStatus, func() (CouponState, error) {
-		return is.state, nil
-	}); err != nil {
-		return fmt.Errorf("register status query: %w", err)
+// answerSecondIssue: the coupon is already this user's, so a second claim
+// gets the answer the database gives once this run is over.
+func answerSecondIssue(d CouponDecision, first bool) CouponDecision {
+	if !first && d.Status == CouponIssued {
+		return CouponDecision{CouponID: d.CouponID, Status: CouponRefused, Refusal: RefusalAlreadyIssued,
+			Message: "user already holds a coupon of this type"}
 	}
-	return workflow.SetUpdateHandler(ctx, UpdateDecision, func(ctx workflow.Context) (CouponDecision, error) {
-		is.answered++
-		first := is.answered == 1
-		// The run decides before it ends, also when cancelled: wait on a
-		// disconnected context so the caller hears the decision.
-		if err := awaitDisconnected(ctx, func() bool { return is.decision != nil }); err != nil {
-			return CouponDecision{}, err
-		}
-		d := *is.decision
-		if !first && d.Status == CouponIssued {
-			// The coupon is already this user's: a second claim gets the
-			// answer the database gives once this run is over.
-			d = CouponDecision{CouponID: d.CouponID, Status: CouponRefused, Refusal: RefusalAlreadyIssued,
-				Message: "user already holds a coupon of this type"}
-		}
-		return d, nil
-	})
-}
-
-func (is *issue) decide(ctx workflow.Context, d CouponDecision) {
-	is.decision = &d
-	is.setStatus(ctx, d.Status)
+	return d
 }
 
 func (is *issue) run(ctx workflow.Context) (err error) {
-	defer func() {
-		// A cancelled run (operator `temporal workflow cancel`) gives its stock back.
-		if temporal.IsCanceledError(err) && len(is.saga.compensations) > 0 {
-			dctx, cancel := workflow.NewDisconnectedContext(ctx)
-			defer cancel()
-			if cerr := is.fail(dctx); cerr != nil {
-				err = fmt.Errorf("%w; %w", err, cerr)
-			}
-		}
-	}()
+	// A cancelled run (operator `temporal workflow cancel`) gives its stock back.
+	defer is.saga.unwindIfCancelled(ctx, &err, is.fail)
 	info := workflow.GetInfo(ctx)
 
 	is.saga.add(func(ctx workflow.Context) error {
@@ -182,7 +131,7 @@ func (is *issue) run(ctx workflow.Context) (err error) {
 	}).Get(ctx, &reserved)
 	if refused, ok := couponRefusalOf(err); ok {
 		// Nothing was taken, so there is nothing to compensate.
-		is.saga.compensations = nil
+		is.saga.forget()
 		is.state.Refusal = refused.Refusal
 		d := CouponDecision{CouponID: is.in.CouponID, Status: CouponRefused, Refusal: refused.Refusal, Message: refused.Message}
 		if refused.Holder != "" {
@@ -212,7 +161,7 @@ func (is *issue) run(ctx workflow.Context) (err error) {
 		return is.fail(ctx)
 	}
 	// coupon.issued is out: nothing is compensated any more.
-	is.saga.compensations = nil
+	is.saga.forget()
 	return nil
 }
 
@@ -276,8 +225,8 @@ func (a *useAttempt) finish(d CouponDecision) {
 
 // use is one run of the use saga.
 type use struct {
+	claim[CouponState, CouponDecision]
 	in        UseCouponInput
-	state     CouponState
 	setStatus func(workflow.Context, CouponStatus)
 	// attempts in arrival order; the run works through them one at a time.
 	attempts []*useAttempt
@@ -316,7 +265,8 @@ type use struct {
 // even if cancelled, and an operator's compensate of a dead-lettered
 // coupon.used drops the event (a payout cannot be taken back).
 func UseCoupon(ctx workflow.Context, in UseCouponInput) (CouponState, error) {
-	u := &use{in: in, state: CouponState{CouponID: in.CouponID, UserID: in.Request.UserID, Status: CouponPending}}
+	u := &use{in: in}
+	u.state = CouponState{CouponID: in.CouponID, UserID: in.Request.UserID, Status: CouponPending}
 	u.setStatus = couponStatusSetter(&u.state)
 	u.attempts = []*useAttempt{{req: in.Request}}
 	if err := u.registerHandlers(ctx); err != nil {
@@ -350,15 +300,17 @@ func UseCoupon(ctx workflow.Context, in UseCouponInput) (CouponState, error) {
 			u.setStatus(ctx, CouponFailed)
 		}
 	}
-	awaitHandlers(ctx)
+	// Each attempt answers its own callers, so the run has no one decision.
+	u.end(ctx, err, nil)
 	return u.state, err
 }
 
+// registerHandlers registers the claim's status query and a decision update
+// of its own: every request to use the coupon carries its UseRequest and is
+// answered by the attempt it joins.
 func (u *use) registerHandlers(ctx workflow.Context) error {
-	if err := workflow.SetQueryHandler(ctx, QueryStatus, func() (CouponState, error) {
-		return u.state, nil
-	}); err != nil {
-		return fmt.Errorf("register status query: %w", err)
+	if err := u.register(ctx, nil); err != nil {
+		return err
 	}
 	return workflow.SetUpdateHandler(ctx, UpdateDecision, func(ctx workflow.Context, req UseRequest) (CouponDecision, error) {
 		a := u.attach(req)
@@ -367,7 +319,7 @@ func (u *use) registerHandlers(ctx workflow.Context) error {
 		}
 		// Every attempt is finished before the run ends, also when it is
 		// cancelled (a cancelled run finishes a use whose payout is in flight).
-		if err := awaitDisconnected(ctx, func() bool { return a.done }); err != nil {
+		if err := awaitAnswer(ctx, func() bool { return a.done }); err != nil {
 			return CouponDecision{}, err
 		}
 		d := a.decision
@@ -419,16 +371,8 @@ func (u *use) attempt(ctx workflow.Context, a *useAttempt) (err error) {
 	u.state.UseID, u.state.UserID, u.state.Refusal, u.state.LastError = a.req.UseID, a.req.UserID, "", ""
 	u.state.Attempts++
 	u.saga = saga{}
-	defer func() {
-		// Cancelled while holding the coupon, before any payout: give it back.
-		if temporal.IsCanceledError(err) && len(u.saga.compensations) > 0 {
-			dctx, cancel := workflow.NewDisconnectedContext(ctx)
-			defer cancel()
-			if cerr := u.saga.compensate(dctx); cerr != nil {
-				err = fmt.Errorf("%w; %w", err, cerr)
-			}
-		}
-	}()
+	// Cancelled while holding the coupon, before any payout: give it back.
+	defer u.saga.unwindIfCancelled(ctx, &err, u.saga.compensate)
 	info := workflow.GetInfo(ctx)
 	key := PayoutKey(u.in.CouponID, a.req.UseID)
 
@@ -447,7 +391,7 @@ func (u *use) attempt(ctx workflow.Context, a *useAttempt) (err error) {
 	}).Get(ctx, &marked)
 	if refused, ok := couponRefusalOf(err); ok {
 		// The coupon was not taken, so there is nothing to compensate.
-		u.saga.compensations = nil
+		u.saga.forget()
 		u.state.Refusal = refused.Refusal
 		u.setStatus(ctx, CouponRefused)
 		a.finish(CouponDecision{CouponID: u.in.CouponID, UseID: a.req.UseID, Status: CouponRefused,
@@ -487,7 +431,7 @@ func (u *use) attempt(ctx workflow.Context, a *useAttempt) (err error) {
 	}
 
 	// The vendor is paid: the coupon is used for good.
-	u.saga.compensations = nil
+	u.saga.forget()
 	var rec RecordPayoutResult
 	if err := workflow.ExecuteActivity(databaseOptions(dctx), ActivityRecordPayout, RecordPayoutInput{
 		IdempotencyKey:   key,

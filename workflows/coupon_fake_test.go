@@ -39,9 +39,10 @@ type couponFake struct {
 	providerPaid map[string]string
 	payCalls     []payCall
 
-	// markErr, when set, is what MarkCouponUsed returns (Postgres down).
-	markErr     error
-	failPublish map[string]int
+	// reserveErr and markErr, when set, are what ReserveCoupon and
+	// MarkCouponUsed return (Postgres down).
+	reserveErr, markErr error
+	failPublish         map[string]int
 
 	calls           map[string]int
 	reserves        []workflows.ReserveCouponInput
@@ -180,6 +181,9 @@ func (f *couponFake) ReserveCoupon(_ context.Context, in workflows.ReserveCoupon
 	defer f.mu.Unlock()
 	f.calls[workflows.ActivityReserveCoupon]++
 	f.reserves = append(f.reserves, in)
+	if f.reserveErr != nil {
+		return workflows.ReserveCouponResult{}, f.reserveErr
+	}
 	ct, ok := f.types[in.TypeID]
 	if !ok {
 		return workflows.ReserveCouponResult{}, workflows.Refuse(workflows.RefusalCouponTypeNotFound, "coupon type %q does not exist", in.TypeID)

@@ -146,28 +146,30 @@ func deliveryOptions(ctx workflow.Context, policy *temporal.RetryPolicy) workflo
 // retry runs the policy again, compensate discards the event (no
 // notification will be sent for it, even if Kafka delivers it again).
 func DeliverEvent(ctx workflow.Context, in DeliverEventInput) (DeliveryState, error) {
-	state := DeliveryState{EventID: in.Event.EventID, Topic: in.Event.Topic, Status: DeliveryRetrying}
+	// A delivery has no decision to answer: its callers are operators, who
+	// query its status and signal it.
+	c := &claim[DeliveryState, struct{}]{state: DeliveryState{EventID: in.Event.EventID, Topic: in.Event.Topic, Status: DeliveryRetrying}}
+	state := &c.state
 	if in.InlineError != "" {
 		state.Attempts, state.LastError = 1, in.InlineError
 	}
-	if err := workflow.SetQueryHandler(ctx, QueryStatus, func() (DeliveryState, error) {
-		return state, nil
-	}); err != nil {
-		return state, fmt.Errorf("register status query: %w", err)
+	if err := c.register(ctx, nil); err != nil {
+		return *state, err
 	}
-	err := deliverEvent(ctx, in, &state)
+	err := deliverEvent(ctx, in, state)
 	if temporal.IsCanceledError(err) && state.DeadLetterID != 0 {
 		// An operator cancelling a parked delivery gives up on it, like
 		// compensate; the dead letter must not stay open for a run that
 		// can no longer take a decision.
 		dctx, cancel := workflow.NewDisconnectedContext(ctx)
 		defer cancel()
-		setDeliveryStatus(dctx, &state, DeliveryDiscarded)
+		setDeliveryStatus(dctx, state, DeliveryDiscarded)
 		if rerr := resolveDeadLetter(dctx, state.DeadLetterID, DeadLetterDiscarded); rerr != nil {
 			err = errors.Join(err, rerr)
 		}
 	}
-	return state, err
+	c.end(ctx, err, nil)
+	return *state, err
 }
 
 func deliverEvent(ctx workflow.Context, in DeliverEventInput, state *DeliveryState) error {
@@ -259,7 +261,5 @@ func attemptsOf(err error, policy *temporal.RetryPolicy) int {
 // existing filter ClaimStatus = "dead_lettered" lists parked deliveries too.
 func setDeliveryStatus(ctx workflow.Context, state *DeliveryState, s DeliveryStatus) {
 	state.Status = s
-	if err := workflow.UpsertTypedSearchAttributes(ctx, SearchClaimStatus.ValueSet(string(s))); err != nil {
-		workflow.GetLogger(ctx).Warn("upsert ClaimStatus failed", "error", err)
-	}
+	upsertClaimStatus(ctx, string(s))
 }

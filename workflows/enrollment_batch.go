@@ -86,29 +86,21 @@ type BatchState struct {
 // EnrollmentBatch is the group-commit saga. Its decision update returns
 // one Decision per claim, in order.
 func EnrollmentBatch(ctx workflow.Context, in EnrollmentBatchInput) (BatchState, error) {
-	state := BatchState{BatchID: in.BatchID, Claims: len(in.Claims), Status: StatusPending}
-	var decisions []Decision
-	if err := workflow.SetQueryHandler(ctx, QueryStatus, func() (BatchState, error) { return state, nil }); err != nil {
-		return state, fmt.Errorf("register status query: %w", err)
+	// A batch keeps its status in its state only: its enrollments' own
+	// ClaimStatus is what operators filter on.
+	c := &claim[BatchState, []Decision]{state: BatchState{BatchID: in.BatchID, Claims: len(in.Claims), Status: StatusPending}}
+	if err := c.register(ctx, same[[]Decision]); err != nil {
+		return c.state, err
 	}
-	if err := workflow.SetUpdateHandler(ctx, UpdateDecision, func(ctx workflow.Context) ([]Decision, error) {
-		if err := workflow.Await(ctx, func() bool { return decisions != nil }); err != nil {
-			return nil, err
-		}
-		return decisions, nil
-	}); err != nil {
-		return state, fmt.Errorf("register decision update: %w", err)
-	}
-	err := runBatch(ctx, in, &state, func(d []Decision) { decisions = d })
-	if decisions == nil {
+	err := runBatch(ctx, in, &c.state, func(d []Decision) { c.decide(ctx, d) })
+	c.end(ctx, err, func(err error) []Decision {
 		d := make([]Decision, len(in.Claims))
-		for i, c := range in.Claims {
-			d[i] = undecided(c.EnrollmentID, err)
+		for i, claim := range in.Claims {
+			d[i] = undecided(claim.EnrollmentID, err)
 		}
-		decisions = d
-	}
-	_ = workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) })
-	return state, err
+		return d
+	})
+	return c.state, err
 }
 
 // batchLocalOptions: database steps of a batch run as local activities in
@@ -130,15 +122,12 @@ func runBatch(ctx workflow.Context, in EnrollmentBatchInput, state *BatchState, 
 		reservedIDs = append(reservedIDs, c.EnrollmentID)
 	}
 	var s saga
-	defer func() {
-		// An operator's cancel before the events are out gives the seats back.
-		if temporal.IsCanceledError(err) && len(s.compensations) > 0 {
-			if cerr := s.compensate(ctx); cerr != nil {
-				err = fmt.Errorf("%w; compensation: %v", err, cerr)
-			}
-			state.Status = StatusFailed
-		}
-	}()
+	// An operator's cancel before the events are out gives the seats back.
+	defer s.unwindIfCancelled(ctx, &err, func(ctx workflow.Context) error {
+		err := s.compensate(ctx)
+		state.Status = StatusFailed
+		return err
+	})
 	s.add(func(ctx workflow.Context) error {
 		return workflow.ExecuteActivity(compensationOptions(ctx), ActivityReleaseSeatSet, reservedIDs).Get(ctx, nil)
 	})
@@ -163,7 +152,7 @@ func runBatch(ctx workflow.Context, in EnrollmentBatchInput, state *BatchState, 
 	state.Status = StatusReserved
 	if len(granted) == 0 {
 		decide(reserved.Decisions)
-		s.compensations = nil
+		s.forget()
 		state.Status = StatusRefused
 		return nil
 	}
@@ -196,7 +185,7 @@ func runBatch(ctx workflow.Context, in EnrollmentBatchInput, state *BatchState, 
 			return err
 		}
 		if err == nil {
-			s.compensations = nil
+			s.forget()
 			decide(confirmed(reserved.Decisions))
 			state.Status = StatusConfirmed
 			return nil
@@ -212,13 +201,13 @@ func runBatch(ctx workflow.Context, in EnrollmentBatchInput, state *BatchState, 
 		// The publish policy is spent. Each enrollment goes on in a run of
 		// its own, which dead-letters it and waits for an operator, exactly
 		// as a single enrollment would; this batch is done with them.
-		s.compensations = nil
+		s.forget()
 		state.Status = StatusDeadLettered
 		return handOff(ctx, granted, state)
 	}
 
 	// The events are out: the seats belong to the students.
-	s.compensations = nil
+	s.forget()
 	cctx, cancel := workflow.NewDisconnectedContext(ctx)
 	defer cancel()
 	if err := workflow.ExecuteLocalActivity(batchLocalOptions(cctx), ActivityConfirmBatch, reservedIDs).Get(cctx, nil); err != nil {
