@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
 )
 
 // Coupons: a vendor publishes coupon types, each with a fixed stock; users
@@ -271,4 +272,42 @@ type RecordPayoutInput struct {
 type RecordPayoutResult struct {
 	LedgerID   int64
 	RecordedAt time.Time
+}
+
+// ---- shared by IssueCoupon and UseCoupon ----
+
+// couponStatusSetter keeps a coupon run's status and its ClaimStatus search
+// attribute in step; a refusal shows as its code.
+func couponStatusSetter(state *CouponState) func(workflow.Context, CouponStatus) {
+	return func(ctx workflow.Context, s CouponStatus) {
+		state.Status = s
+		claim := string(s)
+		if s == CouponRefused {
+			claim = string(state.Refusal)
+		}
+		upsertClaimStatus(ctx, claim)
+	}
+}
+
+func upsertCouponAttributes(ctx workflow.Context, typeID, vendorID string) {
+	if err := workflow.UpsertTypedSearchAttributes(ctx,
+		SearchCouponTypeID.ValueSet(typeID), SearchVendorID.ValueSet(vendorID)); err != nil {
+		workflow.GetLogger(ctx).Warn("upsert search attributes failed", "error", err)
+	}
+}
+
+// parkingFor lets publishOrPark park a coupon run's message: the run shows
+// dead_lettered, and the status it had once the message is out.
+func parkingFor(state *CouponState, setStatus func(workflow.Context, CouponStatus)) parking {
+	before := state.Status
+	return parking{
+		deadLetterID: &state.DeadLetterID,
+		lastError:    &state.LastError,
+		park:         func(ctx workflow.Context) { setStatus(ctx, CouponDeadLettered) },
+		unpark:       func(ctx workflow.Context) { setStatus(ctx, before) },
+	}
+}
+
+func couponUndecided(couponID string, err error) CouponDecision {
+	return CouponDecision{CouponID: couponID, Status: CouponFailed, Message: undecidedMessage(err)}
 }
