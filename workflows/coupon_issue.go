@@ -67,7 +67,7 @@ func (is *issue) run(ctx workflow.Context) (err error) {
 		RunID:       info.WorkflowExecution.RunID,
 		RequestedAt: is.in.RequestedAt,
 	}).Get(ctx, &reserved)
-	if refused, ok := couponRefusalOf(err); ok {
+	if refused, ok := refusalOf(err); ok {
 		// Nothing was taken, so there is nothing to compensate.
 		is.saga.forget()
 		is.state.Refusal = refused.Refusal

@@ -1,10 +1,8 @@
 package workflows
 
 import (
-	"errors"
 	"time"
 
-	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 )
 
@@ -67,42 +65,9 @@ const (
 	CouponFailed CouponStatus = "failed"
 )
 
-// Coupon refusals. payout_declined and payout_failed answer a use whose
-// payout did not go through; the use was compensated.
-const (
-	RefusalSoldOut            Refusal = "sold_out"
-	RefusalAlreadyIssued      Refusal = "already_issued"
-	RefusalCouponTypeNotFound Refusal = "coupon_type_not_found"
-	RefusalCouponNotFound     Refusal = "coupon_not_found"
-	RefusalNotOwner           Refusal = "not_owner"
-	RefusalAlreadyUsed        Refusal = "already_used"
-	RefusalCouponRevoked      Refusal = "coupon_revoked"
-	RefusalPayoutDeclined     Refusal = "payout_declined"
-	RefusalPayoutFailed       Refusal = "payout_failed"
-)
-
 // ErrorTypePayoutUnavailable is the (retryable) error type PayVendor returns
 // when the payout API answers 5xx, 408, 409 or 429.
 const ErrorTypePayoutUnavailable = "payout_unavailable"
-
-var couponRefusals = map[Refusal]bool{
-	RefusalSoldOut: true, RefusalAlreadyIssued: true, RefusalCouponTypeNotFound: true,
-	RefusalCouponNotFound: true, RefusalNotOwner: true, RefusalAlreadyUsed: true,
-	RefusalCouponRevoked: true, RefusalPayoutDeclined: true,
-}
-
-// couponRefusalOf extracts a coupon refusal from an activity error.
-func couponRefusalOf(err error) (refused, bool) {
-	var appErr *temporal.ApplicationError
-	if !errors.As(err, &appErr) || !couponRefusals[Refusal(appErr.Type())] {
-		return refused{}, false
-	}
-	r := refused{Refusal: Refusal(appErr.Type()), Message: appErr.Message()}
-	if appErr.HasDetails() {
-		_ = appErr.Details(&r.Holder)
-	}
-	return r, true
-}
 
 // Coupon activity names.
 const (

@@ -209,7 +209,7 @@ func (u *use) attempt(ctx workflow.Context, a *useAttempt) (err error) {
 		WorkflowID: info.WorkflowExecution.ID,
 		RunID:      info.WorkflowExecution.RunID,
 	}).Get(ctx, &marked)
-	if refused, ok := couponRefusalOf(err); ok {
+	if refused, ok := refusalOf(err); ok {
 		// The coupon was not taken, so there is nothing to compensate.
 		u.saga.forget()
 		u.state.Refusal = refused.Refusal
@@ -242,7 +242,7 @@ func (u *use) attempt(ctx workflow.Context, a *useAttempt) (err error) {
 	if err != nil {
 		refusal := RefusalPayoutFailed
 		message := "the vendor payout did not go through after retries; the coupon is unused and can be used again"
-		if r, ok := couponRefusalOf(err); ok && r.Refusal == RefusalPayoutDeclined {
+		if r, ok := refusalOf(err); ok && r.Refusal == RefusalPayoutDeclined {
 			refusal = RefusalPayoutDeclined
 			message = r.Message + "; the coupon is unused and can be used again"
 		}
