@@ -52,21 +52,18 @@ func (is *issue) run(ctx workflow.Context) (err error) {
 	info := workflow.GetInfo(ctx)
 
 	is.saga.add(func(ctx workflow.Context) error {
-		var res RevokeCouponResult
-		err := workflow.ExecuteActivity(compensationOptions(ctx), ActivityRevokeCoupon,
-			RevokeCouponInput{CouponID: is.in.CouponID}).Get(ctx, &res)
+		res, err := RevokeCoupon.Execute(compensationOptions(ctx), RevokeCouponInput{CouponID: is.in.CouponID})
 		is.revoked = res.Revoked
 		return err
 	})
-	var reserved ReserveCouponResult
-	err = workflow.ExecuteActivity(databaseOptions(ctx), ActivityReserveCoupon, ReserveCouponInput{
+	reserved, err := ReserveCoupon.Execute(databaseOptions(ctx), ReserveCouponInput{
 		CouponID:    is.in.CouponID,
 		TypeID:      is.in.TypeID,
 		UserID:      is.in.UserID,
 		WorkflowID:  info.WorkflowExecution.ID,
 		RunID:       info.WorkflowExecution.RunID,
 		RequestedAt: is.in.RequestedAt,
-	}).Get(ctx, &reserved)
+	})
 	if refused, ok := refusalOf(err); ok {
 		// Nothing was taken, so there is nothing to compensate.
 		is.saga.forget()
@@ -130,8 +127,7 @@ func (is *issue) fail(ctx workflow.Context) error {
 	}}
 	// Downstream must learn that the coupon was taken back; this publish
 	// retries until Kafka is back rather than dead-lettering again.
-	if err := workflow.ExecuteActivity(compensationOptions(ctx), ActivityPublish,
-		PublishInput{Message: revoked}).Get(ctx, nil); err != nil {
+	if err := Publish.Execute(compensationOptions(ctx), PublishInput{Message: revoked}); err != nil {
 		return fmt.Errorf("publish %s: %w", revoked.Event.ID, err)
 	}
 	return resolveDeadLetter(ctx, is.state.DeadLetterID, DeadLetterCompensated)

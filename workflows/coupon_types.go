@@ -69,23 +69,6 @@ const (
 // when the payout API answers 5xx, 408, 409 or 429.
 const ErrorTypePayoutUnavailable = "payout_unavailable"
 
-// Coupon activity names.
-const (
-	ActivityReserveCoupon    = "ReserveCoupon"
-	ActivityRevokeCoupon     = "RevokeCoupon"
-	ActivityMarkCouponUsed   = "MarkCouponUsed"
-	ActivityUnmarkCouponUsed = "UnmarkCouponUsed"
-	ActivityPayVendor        = "PayVendor"
-	ActivityRecordPayout     = "RecordPayout"
-)
-
-// CouponActivityNames lists the activities the coupon workflows call besides
-// the shared Publish, RecordDeadLetter and ResolveDeadLetter.
-var CouponActivityNames = []string{
-	ActivityReserveCoupon, ActivityRevokeCoupon, ActivityMarkCouponUsed,
-	ActivityUnmarkCouponUsed, ActivityPayVendor, ActivityRecordPayout,
-}
-
 // IssueCouponInput claims one coupon of a type for a user. CouponID is chosen
 // by the caller, so it survives a reset of the run, and makes a retried
 // reservation a no-op.

@@ -197,18 +197,17 @@ func (u *use) attempt(ctx workflow.Context, a *useAttempt) (err error) {
 	key := PayoutKey(u.in.CouponID, a.req.UseID)
 
 	u.saga.add(func(ctx workflow.Context) error {
-		return workflow.ExecuteActivity(compensationOptions(ctx), ActivityUnmarkCouponUsed,
-			UnmarkCouponUsedInput{CouponID: u.in.CouponID, UseID: a.req.UseID}).Get(ctx, nil)
+		return UnmarkCouponUsed.Execute(compensationOptions(ctx),
+			UnmarkCouponUsedInput{CouponID: u.in.CouponID, UseID: a.req.UseID})
 	})
-	var marked MarkCouponUsedResult
-	err = workflow.ExecuteActivity(databaseOptions(ctx), ActivityMarkCouponUsed, MarkCouponUsedInput{
+	marked, err := MarkCouponUsed.Execute(databaseOptions(ctx), MarkCouponUsedInput{
 		CouponID:   u.in.CouponID,
 		UserID:     a.req.UserID,
 		UseID:      a.req.UseID,
 		OrderID:    a.req.OrderID,
 		WorkflowID: info.WorkflowExecution.ID,
 		RunID:      info.WorkflowExecution.RunID,
-	}).Get(ctx, &marked)
+	})
 	if refused, ok := refusalOf(err); ok {
 		// The coupon was not taken, so there is nothing to compensate.
 		u.saga.forget()
@@ -230,15 +229,14 @@ func (u *use) attempt(ctx workflow.Context, a *useAttempt) (err error) {
 	// use unrecorded, nor hand back a coupon whose payout is in flight.
 	dctx, cancel := workflow.NewDisconnectedContext(ctx)
 	defer cancel()
-	var paid PayVendorResult
-	err = workflow.ExecuteActivity(payoutOptions(dctx), ActivityPayVendor, PayVendorInput{
+	paid, err := PayVendor.Execute(payoutOptions(dctx), PayVendorInput{
 		IdempotencyKey: key,
 		CouponID:       u.in.CouponID,
 		UseID:          a.req.UseID,
 		VendorID:       marked.VendorID,
 		AmountCents:    marked.AmountCents,
 		OrderID:        a.req.OrderID,
-	}).Get(dctx, &paid)
+	})
 	if err != nil {
 		refusal := RefusalPayoutFailed
 		message := "the vendor payout did not go through after retries; the coupon is unused and can be used again"
@@ -252,8 +250,7 @@ func (u *use) attempt(ctx workflow.Context, a *useAttempt) (err error) {
 
 	// The vendor is paid: the coupon is used for good.
 	u.saga.forget()
-	var rec RecordPayoutResult
-	if err := workflow.ExecuteActivity(databaseOptions(dctx), ActivityRecordPayout, RecordPayoutInput{
+	rec, err := RecordPayout.Execute(databaseOptions(dctx), RecordPayoutInput{
 		IdempotencyKey:   key,
 		CouponID:         u.in.CouponID,
 		UseID:            a.req.UseID,
@@ -263,7 +260,8 @@ func (u *use) attempt(ctx workflow.Context, a *useAttempt) (err error) {
 		OrderID:          a.req.OrderID,
 		WorkflowID:       info.WorkflowExecution.ID,
 		RunID:            info.WorkflowExecution.RunID,
-	}).Get(dctx, &rec); err != nil {
+	})
+	if err != nil {
 		return fmt.Errorf("record payout %s: %w", key, err)
 	}
 	u.state.Payout = &Payout{
@@ -319,8 +317,7 @@ func (u *use) compensate(ctx workflow.Context, a *useAttempt, marked MarkCouponU
 	failed.Event.Data["reason"] = string(refusal)
 	// Downstream must learn that the use failed; this publish retries until
 	// Kafka is back rather than dead-lettering.
-	if err := workflow.ExecuteActivity(compensationOptions(ctx), ActivityPublish,
-		PublishInput{Message: failed}).Get(ctx, nil); err != nil {
+	if err := Publish.Execute(compensationOptions(ctx), PublishInput{Message: failed}); err != nil {
 		return fmt.Errorf("publish %s: %w", failed.Event.ID, err)
 	}
 	return nil

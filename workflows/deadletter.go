@@ -55,8 +55,7 @@ func publishOrPark(ctx workflow.Context, msg Message, stampFor string, p parking
 	info := workflow.GetInfo(ctx)
 	deadLetters := workflow.GetSignalChannel(ctx, SignalDeadLetter)
 	for round := 1; ; round++ {
-		err := workflow.ExecuteActivity(publishOptions(ctx), ActivityPublish,
-			PublishInput{Message: msg, StampPublishedFor: stampFor}).Get(ctx, nil)
+		err := Publish.Execute(publishOptions(ctx), PublishInput{Message: msg, StampPublishedFor: stampFor})
 		if err == nil {
 			if *p.deadLetterID == 0 {
 				return "", nil
@@ -70,15 +69,15 @@ func publishOrPark(ctx workflow.Context, msg Message, stampFor string, p parking
 			return "", err
 		}
 		*p.lastError = err.Error()
-		var record DeadLetterRecord
-		if err := workflow.ExecuteActivity(databaseOptions(ctx), ActivityRecordDeadLetter, DeadLetterInput{
+		record, err := RecordDeadLetter.Execute(databaseOptions(ctx), DeadLetterInput{
 			Message:      msg,
 			WorkflowID:   info.WorkflowExecution.ID,
 			RunID:        info.WorkflowExecution.RunID,
 			EnrollmentID: stampFor,
 			Error:        *p.lastError,
 			Round:        round,
-		}).Get(ctx, &record); err != nil {
+		})
+		if err != nil {
 			return "", fmt.Errorf("record dead letter for %s: %w", msg.Event.ID, err)
 		}
 		*p.deadLetterID = record.ID
@@ -125,8 +124,7 @@ func resolveDeadLetter(ctx workflow.Context, id int64, state DeadLetterState) er
 	if id == 0 {
 		return nil
 	}
-	err := workflow.ExecuteActivity(databaseOptions(ctx), ActivityResolveDeadLetter,
-		ResolveDeadLetterInput{ID: id, State: state}).Get(ctx, nil)
+	err := ResolveDeadLetter.Execute(databaseOptions(ctx), ResolveDeadLetterInput{ID: id, State: state})
 	if err != nil {
 		return fmt.Errorf("mark dead letter %d %s: %w", id, state, err)
 	}

@@ -13,18 +13,6 @@ import (
 // event to a DeliverEvent run only when that inline attempt failed, so the
 // happy path never pays for a workflow.
 
-// Activities of the consumer's durable path. They are listed apart from
-// ActivityNames so that the enrollment sagas' test fake need not know them;
-// a worker must provide both lists.
-const (
-	ActivityDeliverNotification     = "DeliverNotification"
-	ActivityRecordConsumeDeadLetter = "RecordConsumeDeadLetter"
-)
-
-// DeliveryActivityNames lists the activities DeliverEvent calls besides
-// ActivityResolveDeadLetter, which it shares with the sagas.
-var DeliveryActivityNames = []string{ActivityDeliverNotification, ActivityRecordConsumeDeadLetter}
-
 // ConsumedTopics are the topics the consumer reads unless configured
 // otherwise.
 var ConsumedTopics = []string{EnrollmentTopic, CouponTopic}
@@ -184,9 +172,8 @@ func deliverEvent(ctx workflow.Context, in DeliverEventInput, state *DeliverySta
 				return err
 			}
 		}
-		var res DeliverNotificationResult
-		err := workflow.ExecuteActivity(deliveryOptions(ctx, policy), ActivityDeliverNotification,
-			DeliverNotificationInput{Event: in.Event, PriorAttempts: state.Attempts}).Get(ctx, &res)
+		res, err := DeliverNotification.Execute(deliveryOptions(ctx, policy),
+			DeliverNotificationInput{Event: in.Event, PriorAttempts: state.Attempts})
 		if err == nil {
 			if !res.AlreadyDone {
 				state.Attempts = res.Attempts
@@ -211,14 +198,14 @@ func deliverEvent(ctx workflow.Context, in DeliverEventInput, state *DeliverySta
 		state.Attempts += attemptsOf(err, policy)
 		state.LastError = err.Error()
 
-		var record DeadLetterRecord
-		if err := workflow.ExecuteActivity(databaseOptions(ctx), ActivityRecordConsumeDeadLetter, ConsumeDeadLetterInput{
+		record, err := RecordConsumeDeadLetter.Execute(databaseOptions(ctx), ConsumeDeadLetterInput{
 			Event:      in.Event,
 			WorkflowID: info.WorkflowExecution.ID,
 			RunID:      info.WorkflowExecution.RunID,
 			Error:      state.LastError,
 			Round:      round,
-		}).Get(ctx, &record); err != nil {
+		})
+		if err != nil {
 			return fmt.Errorf("record dead letter for %s: %w", in.Event.EventID, err)
 		}
 		state.DeadLetterID = record.ID

@@ -102,8 +102,7 @@ func (e *enrollment) run(ctx workflow.Context) (err error) {
 	dbCtx := databaseOptions(ctx)
 
 	e.saga.add(func(ctx workflow.Context) error {
-		return workflow.ExecuteActivity(compensationOptions(ctx), ActivityReleaseSeat,
-			ReleaseSeatInput{EnrollmentID: e.in.EnrollmentID}).Get(ctx, nil)
+		return ReleaseSeat.Execute(compensationOptions(ctx), ReleaseSeatInput{EnrollmentID: e.in.EnrollmentID})
 	})
 	if e.in.Reserved {
 		// A batch run reserved the seat and handed this enrollment over
@@ -137,7 +136,7 @@ func (e *enrollment) run(ctx workflow.Context) (err error) {
 	e.saga.forget()
 	cctx, cancel := workflow.NewDisconnectedContext(dbCtx)
 	defer cancel()
-	if err := workflow.ExecuteActivity(cctx, ActivityMarkConfirmed, e.in.EnrollmentID).Get(cctx, nil); err != nil {
+	if err := MarkConfirmed.Execute(cctx, e.in.EnrollmentID); err != nil {
 		return fmt.Errorf("mark %s confirmed: %w", e.in.EnrollmentID, err)
 	}
 	e.setStatus(ctx, StatusConfirmed)
@@ -163,8 +162,7 @@ func (e *enrollment) fail(ctx workflow.Context) error {
 	}}
 	// Downstream must learn that the seat was given back; this publish
 	// retries until Kafka is back rather than dead-lettering again.
-	if err := workflow.ExecuteActivity(compensationOptions(ctx), ActivityPublish,
-		PublishInput{Message: failed}).Get(ctx, nil); err != nil {
+	if err := Publish.Execute(compensationOptions(ctx), PublishInput{Message: failed}); err != nil {
 		return fmt.Errorf("publish %s: %w", failed.Event.ID, err)
 	}
 	return resolveDeadLetter(ctx, e.state.DeadLetterID, DeadLetterCompensated)
@@ -174,15 +172,14 @@ func (e *enrollment) fail(ctx workflow.Context) error {
 // refusal (already decided and answered).
 func (e *enrollment) reserve(ctx, dbCtx workflow.Context) (refused bool, err error) {
 	info := workflow.GetInfo(ctx)
-	var reserved ReserveSeatResult
-	err = workflow.ExecuteActivity(dbCtx, ActivityReserveSeat, ReserveSeatInput{
+	_, err = ReserveSeat.Execute(dbCtx, ReserveSeatInput{
 		EnrollmentID: e.in.EnrollmentID,
 		CourseID:     e.in.CourseID,
 		StudentID:    e.in.StudentID,
 		WorkflowID:   info.WorkflowExecution.ID,
 		RunID:        info.WorkflowExecution.RunID,
 		RequestedAt:  e.in.RequestedAt,
-	}).Get(ctx, &reserved)
+	})
 	if r, ok := refusalOf(err); ok {
 		// Nothing was reserved, so there is nothing to compensate.
 		e.saga.forget()

@@ -18,17 +18,6 @@ import (
 // keeps its own ID, event ID, timestamps and, when something goes wrong, its
 // own Enrollment run with dead letter and compensation.
 
-// Activity names of the batch path.
-const (
-	ActivityReserveSeats   = "ReserveSeats"
-	ActivityPublishBatch   = "PublishBatch"
-	ActivityConfirmBatch   = "ConfirmBatch"
-	ActivityReleaseSeatSet = "ReleaseSeats"
-)
-
-// BatchActivityNames lists the activities the batch path adds.
-var BatchActivityNames = []string{ActivityReserveSeats, ActivityPublishBatch, ActivityConfirmBatch, ActivityReleaseSeatSet}
-
 // EnrollmentBatchWorkflowID names a batch; batch IDs are time-ordered UUIDs
 // chosen by the API instance that collected the batch.
 func EnrollmentBatchWorkflowID(batchID string) string {
@@ -129,12 +118,12 @@ func runBatch(ctx workflow.Context, in EnrollmentBatchInput, state *BatchState, 
 		return err
 	})
 	s.add(func(ctx workflow.Context) error {
-		return workflow.ExecuteActivity(compensationOptions(ctx), ActivityReleaseSeatSet, reservedIDs).Get(ctx, nil)
+		return ReleaseSeats.Execute(compensationOptions(ctx), reservedIDs)
 	})
-	var reserved ReserveSeatsResult
-	if err := workflow.ExecuteLocalActivity(batchLocalOptions(ctx), ActivityReserveSeats, ReserveSeatsInput{
+	reserved, err := ReserveSeats.ExecuteLocal(batchLocalOptions(ctx), ReserveSeatsInput{
 		Claims: in.Claims, WorkflowID: info.WorkflowExecution.ID, RunID: info.WorkflowExecution.RunID,
-	}).Get(ctx, &reserved); err != nil {
+	})
+	if err != nil {
 		return fmt.Errorf("reserve seats of batch %s: %w", in.BatchID, err)
 	}
 	if len(reserved.Decisions) != len(in.Claims) {
@@ -180,7 +169,7 @@ func runBatch(ctx workflow.Context, in EnrollmentBatchInput, state *BatchState, 
 		// the publish policy and confirms what it has not.
 		fast := publish
 		fast.FailFast, fast.Confirm = true, true
-		err := workflow.ExecuteLocalActivity(fastLocalOptions(ctx), ActivityPublishBatch, fast).Get(ctx, nil)
+		err := PublishBatch.ExecuteLocal(fastLocalOptions(ctx), fast)
 		if temporal.IsCanceledError(err) {
 			return err
 		}
@@ -193,7 +182,7 @@ func runBatch(ctx workflow.Context, in EnrollmentBatchInput, state *BatchState, 
 	}
 	decide(reserved.Decisions)
 
-	err = workflow.ExecuteActivity(publishOptions(ctx), ActivityPublishBatch, publish).Get(ctx, nil)
+	err = PublishBatch.Execute(publishOptions(ctx), publish)
 	if temporal.IsCanceledError(err) {
 		return err
 	}
@@ -210,7 +199,7 @@ func runBatch(ctx workflow.Context, in EnrollmentBatchInput, state *BatchState, 
 	s.forget()
 	cctx, cancel := workflow.NewDisconnectedContext(ctx)
 	defer cancel()
-	if err := workflow.ExecuteLocalActivity(batchLocalOptions(cctx), ActivityConfirmBatch, reservedIDs).Get(cctx, nil); err != nil {
+	if err := ConfirmBatch.ExecuteLocal(batchLocalOptions(cctx), reservedIDs); err != nil {
 		return fmt.Errorf("confirm batch %s: %w", in.BatchID, err)
 	}
 	state.Status = StatusConfirmed
