@@ -32,8 +32,9 @@ func New(c client.Client, sagas SagaActivities, delivery DeliveryActivities, o O
 	w := sdkworker.New(c, workflows.TaskQueue, sdkworker.Options{
 		MaxConcurrentActivityExecutionSize: o.MaxConcurrentActivities,
 		// A batch run is one workflow task. With the SDK's default of two
-		// pollers, at 500 req/s 2,924 of 2,996 tasks found no poller waiting,
-		// went through matching's backlog and waited ~67 ms there.
+		// pollers, under load most workflow tasks found no poller waiting
+		// and queued in matching's backlog instead; more pollers keep one
+		// waiting (docs/performance.md).
 		MaxConcurrentWorkflowTaskPollers: 16,
 		// Let in-flight activities finish on SIGTERM before the process goes.
 		WorkerStopTimeout: 20 * time.Second,

@@ -10,8 +10,8 @@ import (
 	"go.temporal.io/sdk/workflow"
 )
 
-// Group commit. A Temporal run per request costs the server 8–20 ms of CPU
-// here, which caps per-request runs near 100/s on two cores. A batch run
+// Group commit. Every Temporal run costs the server CPU of its own, so one
+// run per request caps the claims a small cluster can take. A batch run
 // claims the seats of every request that arrived while the previous batch
 // was in flight: one transaction, one acks=all send, one confirmation, one
 // run — so the cost per enrollment falls with load while each enrollment
