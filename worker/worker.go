@@ -4,16 +4,14 @@
 package worker
 
 import (
-	"fmt"
-	"reflect"
-	"slices"
+	"context"
 	"time"
 
+	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/interceptor"
 	sdkworker "go.temporal.io/sdk/worker"
 
-	"github.com/claimflow/claimflow/activities"
 	"github.com/claimflow/claimflow/workflows"
 )
 
@@ -26,20 +24,24 @@ type Options struct {
 	Interceptors []interceptor.WorkerInterceptor
 }
 
-// New builds a worker with every workflow and activity registered. Start it
-// with Start, or Run to block until interrupted.
-func New(c client.Client, acts *activities.Activities, o Options) sdkworker.Worker {
+// New builds a worker with every workflow and activity registered: the
+// sagas' activities from sagas, the event consumer's durable path from
+// delivery (today both are *activities.Activities). Start it with Start, or
+// Run to block until interrupted.
+func New(c client.Client, sagas SagaActivities, delivery DeliveryActivities, o Options) sdkworker.Worker {
 	w := sdkworker.New(c, workflows.TaskQueue, sdkworker.Options{
 		MaxConcurrentActivityExecutionSize: o.MaxConcurrentActivities,
 		// A batch run is one workflow task. With the SDK's default of two
-		// pollers, at 500 req/s 2,924 of 2,996 tasks found no poller waiting,
-		// went through matching's backlog and waited ~67 ms there.
+		// pollers, under load most workflow tasks found no poller waiting
+		// and queued in matching's backlog instead; more pollers keep one
+		// waiting (docs/performance.md).
 		MaxConcurrentWorkflowTaskPollers: 16,
 		// Let in-flight activities finish on SIGTERM before the process goes.
 		WorkerStopTimeout: 20 * time.Second,
 		Interceptors:      o.Interceptors,
 	})
-	Register(w, acts)
+	RegisterWorkflows(w)
+	RegisterActivities(w, sagas, delivery)
 	return w
 }
 
@@ -59,21 +61,96 @@ func RegisterWorkflows(r Registry) {
 	r.RegisterWorkflow(workflows.DeliverEvent)
 }
 
-// Register registers workflows and activities on w.
-func Register(w sdkworker.Worker, acts *activities.Activities) {
-	RegisterWorkflows(w)
-	w.RegisterActivity(acts)
+// Registrar is what a worker and a test environment register activities
+// with.
+type Registrar interface {
+	RegisterActivityWithOptions(a any, options activity.RegisterOptions)
 }
 
-// CheckActivities fails when an activity a workflow names has no method on
-// Activities, which would otherwise surface only at run time.
-func CheckActivities() error {
-	names := append(slices.Clone(workflows.ActivityNames), workflows.CouponActivityNames...)
-	names = append(names, workflows.BatchActivityNames...)
-	for _, name := range append(names, workflows.DeliveryActivityNames...) {
-		if _, ok := reflect.TypeFor[*activities.Activities]().MethodByName(name); !ok {
-			return fmt.Errorf("workflows call activity %q but activities.Activities has no such method", name)
-		}
-	}
-	return nil
+// EnrollmentActivities are the effects of Enrollment, Cancellation and the
+// publish-or-dead-letter loop every saga shares.
+type EnrollmentActivities interface {
+	ReserveSeat(context.Context, workflows.ReserveSeatInput) (workflows.ReserveSeatResult, error)
+	Publish(context.Context, workflows.PublishInput) error
+	MarkConfirmed(ctx context.Context, enrollmentID string) error
+	ReleaseSeat(context.Context, workflows.ReleaseSeatInput) error
+	RecordDeadLetter(context.Context, workflows.DeadLetterInput) (workflows.DeadLetterRecord, error)
+	ResolveDeadLetter(context.Context, workflows.ResolveDeadLetterInput) error
+	CancelEnrollment(context.Context, workflows.CancelEnrollmentInput) (workflows.CancelEnrollmentResult, error)
+}
+
+// BatchActivities are the effects of EnrollmentBatch.
+type BatchActivities interface {
+	ReserveSeats(context.Context, workflows.ReserveSeatsInput) (workflows.ReserveSeatsResult, error)
+	PublishBatch(context.Context, workflows.PublishBatchInput) error
+	ConfirmBatch(ctx context.Context, enrollmentIDs []string) error
+	ReleaseSeats(ctx context.Context, enrollmentIDs []string) error
+}
+
+// CouponActivities are the effects of IssueCoupon and UseCoupon.
+type CouponActivities interface {
+	ReserveCoupon(context.Context, workflows.ReserveCouponInput) (workflows.ReserveCouponResult, error)
+	RevokeCoupon(context.Context, workflows.RevokeCouponInput) (workflows.RevokeCouponResult, error)
+	MarkCouponUsed(context.Context, workflows.MarkCouponUsedInput) (workflows.MarkCouponUsedResult, error)
+	UnmarkCouponUsed(context.Context, workflows.UnmarkCouponUsedInput) error
+	PayVendor(context.Context, workflows.PayVendorInput) (workflows.PayVendorResult, error)
+	RecordPayout(context.Context, workflows.RecordPayoutInput) (workflows.RecordPayoutResult, error)
+}
+
+// SagaActivities are the effects of every saga; package activities
+// implements them on one struct.
+type SagaActivities interface {
+	EnrollmentActivities
+	BatchActivities
+	CouponActivities
+}
+
+// DeliveryActivities are the event consumer's durable path (DeliverEvent,
+// which also calls the sagas' ResolveDeadLetter). They are a group of their
+// own so that the consumer can keep them on a struct of its own.
+type DeliveryActivities interface {
+	DeliverNotification(context.Context, workflows.DeliverNotificationInput) (workflows.DeliverNotificationResult, error)
+	RecordConsumeDeadLetter(context.Context, workflows.ConsumeDeadLetterInput) (workflows.DeadLetterRecord, error)
+}
+
+// RegisterActivities registers every activity a workflow calls under the
+// name of its reference in package workflows. Each line pairs a reference
+// with the method that implements it; the compiler checks that they agree.
+func RegisterActivities(r Registrar, sagas SagaActivities, delivery DeliveryActivities) {
+	register(r, workflows.ReserveSeat, sagas.ReserveSeat)
+	registerNoResult(r, workflows.Publish, sagas.Publish)
+	registerNoResult(r, workflows.MarkConfirmed, sagas.MarkConfirmed)
+	registerNoResult(r, workflows.ReleaseSeat, sagas.ReleaseSeat)
+	register(r, workflows.RecordDeadLetter, sagas.RecordDeadLetter)
+	registerNoResult(r, workflows.ResolveDeadLetter, sagas.ResolveDeadLetter)
+	register(r, workflows.CancelEnrollment, sagas.CancelEnrollment)
+
+	// The batch calls ReserveSeats, ConfirmBatch and (on its fast path)
+	// PublishBatch as local activities, by these same registered names.
+	register(r, workflows.ReserveSeats, sagas.ReserveSeats)
+	registerNoResult(r, workflows.PublishBatch, sagas.PublishBatch)
+	registerNoResult(r, workflows.ConfirmBatch, sagas.ConfirmBatch)
+	registerNoResult(r, workflows.ReleaseSeats, sagas.ReleaseSeats)
+
+	register(r, workflows.ReserveCoupon, sagas.ReserveCoupon)
+	register(r, workflows.RevokeCoupon, sagas.RevokeCoupon)
+	register(r, workflows.MarkCouponUsed, sagas.MarkCouponUsed)
+	registerNoResult(r, workflows.UnmarkCouponUsed, sagas.UnmarkCouponUsed)
+	register(r, workflows.PayVendor, sagas.PayVendor)
+	register(r, workflows.RecordPayout, sagas.RecordPayout)
+
+	register(r, workflows.DeliverNotification, delivery.DeliverNotification)
+	register(r, workflows.RecordConsumeDeadLetter, delivery.RecordConsumeDeadLetter)
+}
+
+// register registers fn under ref's name. fn's type must be the reference's
+// (In, Out), so a method cannot drift from the reference a workflow calls,
+// and the name a history records comes from the reference alone.
+func register[In, Out any](r Registrar, ref workflows.Activity[In, Out], fn func(context.Context, In) (Out, error)) {
+	r.RegisterActivityWithOptions(fn, activity.RegisterOptions{Name: ref.Name})
+}
+
+// registerNoResult is register for an activity that returns only an error.
+func registerNoResult[In any](r Registrar, ref workflows.ActivityNoResult[In], fn func(context.Context, In) error) {
+	r.RegisterActivityWithOptions(fn, activity.RegisterOptions{Name: ref.Name})
 }

@@ -1,25 +1,106 @@
 package workflows
 
-import "time"
+import (
+	"time"
 
-// Activity names. Workflows refer to activities by name rather than by
-// function value so that this package never imports the I/O code; package
-// activities implements a method of each name and the worker registers them.
-const (
-	ActivityReserveSeat       = "ReserveSeat"
-	ActivityPublish           = "Publish"
-	ActivityMarkConfirmed     = "MarkConfirmed"
-	ActivityReleaseSeat       = "ReleaseSeat"
-	ActivityRecordDeadLetter  = "RecordDeadLetter"
-	ActivityResolveDeadLetter = "ResolveDeadLetter"
-	ActivityCancelEnrollment  = "CancelEnrollment"
+	"go.temporal.io/sdk/workflow"
 )
 
-// ActivityNames lists every activity a worker must provide.
-var ActivityNames = []string{
-	ActivityReserveSeat, ActivityPublish, ActivityMarkConfirmed, ActivityReleaseSeat,
-	ActivityRecordDeadLetter, ActivityResolveDeadLetter, ActivityCancelEnrollment,
+// Activity is a typed reference to an activity that takes In and returns
+// Out. Workflows call activities through these references rather than by
+// method value because package activities imports this package for its
+// inputs and results; the worker registers each implementation under its
+// reference (worker.register), so the compiler checks that the method's
+// signature matches In and Out, and Name, which histories record, is held
+// in one place.
+type Activity[In, Out any] struct{ Name string }
+
+// Execute schedules the activity with the activity options on ctx and waits
+// for its result.
+func (a Activity[In, Out]) Execute(ctx workflow.Context, in In) (Out, error) {
+	var out Out
+	err := workflow.ExecuteActivity(ctx, a.Name, in).Get(ctx, &out)
+	return out, err
 }
+
+// ExecuteLocal runs the activity as a local activity, in the worker that
+// holds the workflow task, with the local activity options on ctx. It is
+// called by its registered name, as the recorded histories have it.
+func (a Activity[In, Out]) ExecuteLocal(ctx workflow.Context, in In) (Out, error) {
+	var out Out
+	err := workflow.ExecuteLocalActivity(ctx, a.Name, in).Get(ctx, &out)
+	return out, err
+}
+
+// ActivityNoResult is a typed reference to an activity that takes In and
+// returns only an error.
+type ActivityNoResult[In any] struct{ Name string }
+
+// Execute schedules the activity with the activity options on ctx and waits
+// for it to finish.
+func (a ActivityNoResult[In]) Execute(ctx workflow.Context, in In) error {
+	return workflow.ExecuteActivity(ctx, a.Name, in).Get(ctx, nil)
+}
+
+// ExecuteLocal runs the activity as a local activity; see Activity.ExecuteLocal.
+func (a ActivityNoResult[In]) ExecuteLocal(ctx workflow.Context, in In) error {
+	return workflow.ExecuteLocalActivity(ctx, a.Name, in).Get(ctx, nil)
+}
+
+// Every activity a workflow calls. Names are recorded in histories: changing
+// one breaks the replay of runs in flight. Each is implemented by the method
+// of the same name on activities.Activities (DeliverNotification and
+// RecordConsumeDeadLetter: the consumer's activities) and registered in
+// worker.RegisterActivities.
+var (
+	// ReserveSeat is activities.(*Activities).ReserveSeat.
+	ReserveSeat = Activity[ReserveSeatInput, ReserveSeatResult]{Name: "ReserveSeat"}
+	// Publish is activities.(*Activities).Publish.
+	Publish = ActivityNoResult[PublishInput]{Name: "Publish"}
+	// MarkConfirmed is activities.(*Activities).MarkConfirmed; its input is
+	// the enrollment ID.
+	MarkConfirmed = ActivityNoResult[string]{Name: "MarkConfirmed"}
+	// ReleaseSeat is activities.(*Activities).ReleaseSeat.
+	ReleaseSeat = ActivityNoResult[ReleaseSeatInput]{Name: "ReleaseSeat"}
+	// RecordDeadLetter is activities.(*Activities).RecordDeadLetter.
+	RecordDeadLetter = Activity[DeadLetterInput, DeadLetterRecord]{Name: "RecordDeadLetter"}
+	// ResolveDeadLetter is activities.(*Activities).ResolveDeadLetter.
+	ResolveDeadLetter = ActivityNoResult[ResolveDeadLetterInput]{Name: "ResolveDeadLetter"}
+	// CancelEnrollment is activities.(*Activities).CancelEnrollment.
+	CancelEnrollment = Activity[CancelEnrollmentInput, CancelEnrollmentResult]{Name: "CancelEnrollment"}
+
+	// ReserveSeats is activities.(*Activities).ReserveSeats; a local activity.
+	ReserveSeats = Activity[ReserveSeatsInput, ReserveSeatsResult]{Name: "ReserveSeats"}
+	// PublishBatch is activities.(*Activities).PublishBatch; local on the
+	// batch's fast path, an ordinary activity on its durable path.
+	PublishBatch = ActivityNoResult[PublishBatchInput]{Name: "PublishBatch"}
+	// ConfirmBatch is activities.(*Activities).ConfirmBatch; a local
+	// activity whose input is the enrollment IDs.
+	ConfirmBatch = ActivityNoResult[[]string]{Name: "ConfirmBatch"}
+	// ReleaseSeats is activities.(*Activities).ReleaseSeats, the batch's
+	// compensation; its input is the enrollment IDs.
+	ReleaseSeats = ActivityNoResult[[]string]{Name: "ReleaseSeats"}
+
+	// ReserveCoupon is activities.(*Activities).ReserveCoupon.
+	ReserveCoupon = Activity[ReserveCouponInput, ReserveCouponResult]{Name: "ReserveCoupon"}
+	// RevokeCoupon is activities.(*Activities).RevokeCoupon.
+	RevokeCoupon = Activity[RevokeCouponInput, RevokeCouponResult]{Name: "RevokeCoupon"}
+	// MarkCouponUsed is activities.(*Activities).MarkCouponUsed.
+	MarkCouponUsed = Activity[MarkCouponUsedInput, MarkCouponUsedResult]{Name: "MarkCouponUsed"}
+	// UnmarkCouponUsed is activities.(*Activities).UnmarkCouponUsed.
+	UnmarkCouponUsed = ActivityNoResult[UnmarkCouponUsedInput]{Name: "UnmarkCouponUsed"}
+	// PayVendor is activities.(*Activities).PayVendor.
+	PayVendor = Activity[PayVendorInput, PayVendorResult]{Name: "PayVendor"}
+	// RecordPayout is activities.(*Activities).RecordPayout.
+	RecordPayout = Activity[RecordPayoutInput, RecordPayoutResult]{Name: "RecordPayout"}
+
+	// DeliverNotification is the consumer's DeliverNotification (today
+	// activities.(*Activities).DeliverNotification).
+	DeliverNotification = Activity[DeliverNotificationInput, DeliverNotificationResult]{Name: "DeliverNotification"}
+	// RecordConsumeDeadLetter is the consumer's RecordConsumeDeadLetter
+	// (today activities.(*Activities).RecordConsumeDeadLetter).
+	RecordConsumeDeadLetter = Activity[ConsumeDeadLetterInput, DeadLetterRecord]{Name: "RecordConsumeDeadLetter"}
+)
 
 // ReserveSeatInput claims one seat for one student. EnrollmentID is the
 // idempotency key: a retried reservation with the same ID succeeds without

@@ -14,47 +14,30 @@ type CancellationInput struct {
 // and publishes enrollment.cancelled. A second cancellation of the same
 // enrollment changes nothing and publishes nothing.
 func Cancellation(ctx workflow.Context, in CancellationInput) (EnrollmentState, error) {
-	state := EnrollmentState{EnrollmentID: in.EnrollmentID, Status: StatusPending}
-	var decision *Decision
-	if err := workflow.SetQueryHandler(ctx, QueryStatus, func() (EnrollmentState, error) {
-		return state, nil
-	}); err != nil {
-		return state, fmt.Errorf("register status query: %w", err)
-	}
-	if err := workflow.SetUpdateHandler(ctx, UpdateDecision, func(ctx workflow.Context) (Decision, error) {
-		if err := workflow.Await(ctx, func() bool { return decision != nil }); err != nil {
-			return Decision{}, err
-		}
-		return *decision, nil
-	}); err != nil {
-		return state, fmt.Errorf("register decision update: %w", err)
-	}
+	c := &claim[EnrollmentState, Decision]{state: EnrollmentState{EnrollmentID: in.EnrollmentID, Status: StatusPending}}
+	// Unlike an enrollment's, a cancellation's ClaimStatus shows "refused"
+	// rather than the refusal's code; recorded histories hold these values,
+	// so they stay.
 	setStatus := func(ctx workflow.Context, s EnrollmentStatus) {
-		state.Status = s
-		if err := workflow.UpsertTypedSearchAttributes(ctx, SearchClaimStatus.ValueSet(string(s))); err != nil {
-			workflow.GetLogger(ctx).Warn("upsert ClaimStatus failed", "error", err)
-		}
+		c.state.Status = s
+		upsertClaimStatus(ctx, string(s))
 	}
-
-	err := runCancellation(ctx, in, &state, setStatus, func(d Decision) { decision = &d })
-	if decision == nil {
-		d := undecided(in.EnrollmentID, err)
-		decision = &d
-		setStatus(ctx, StatusFailed)
+	c.onDecide = func(ctx workflow.Context, d Decision) { setStatus(ctx, d.Status) }
+	if err := c.register(ctx, same[Decision]); err != nil {
+		return c.state, err
 	}
-	_ = workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) })
-	return state, err
+	err := runCancellation(ctx, in, c, setStatus)
+	c.end(ctx, err, func(err error) Decision { return undecided(in.EnrollmentID, err) })
+	return c.state, err
 }
 
-func runCancellation(ctx workflow.Context, in CancellationInput, state *EnrollmentState,
-	setStatus func(workflow.Context, EnrollmentStatus), decide func(Decision)) error {
-	var result CancelEnrollmentResult
-	err := workflow.ExecuteActivity(databaseOptions(ctx), ActivityCancelEnrollment,
-		CancelEnrollmentInput{EnrollmentID: in.EnrollmentID}).Get(ctx, &result)
+func runCancellation(ctx workflow.Context, in CancellationInput, c *claim[EnrollmentState, Decision],
+	setStatus func(workflow.Context, EnrollmentStatus)) error {
+	state := &c.state
+	result, err := CancelEnrollment.Execute(databaseOptions(ctx), CancelEnrollmentInput{EnrollmentID: in.EnrollmentID})
 	if refused, ok := refusalOf(err); ok {
 		state.Refusal = refused.Refusal
-		setStatus(ctx, StatusRefused)
-		decide(Decision{EnrollmentID: in.EnrollmentID, Status: StatusRefused, Refusal: refused.Refusal, Message: refused.Message})
+		c.decide(ctx, Decision{EnrollmentID: in.EnrollmentID, Status: StatusRefused, Refusal: refused.Refusal, Message: refused.Message})
 		return nil
 	}
 	if err != nil {
@@ -65,8 +48,7 @@ func runCancellation(ctx workflow.Context, in CancellationInput, state *Enrollme
 		SearchCourseID.ValueSet([]string{result.CourseID}), SearchStudentID.ValueSet([]string{result.StudentID})); err != nil {
 		workflow.GetLogger(ctx).Warn("upsert search attributes failed", "error", err)
 	}
-	setStatus(ctx, result.Status)
-	decide(Decision{EnrollmentID: in.EnrollmentID, Status: result.Status})
+	c.decide(ctx, Decision{EnrollmentID: in.EnrollmentID, Status: result.Status})
 	if !result.Changed {
 		return nil
 	}

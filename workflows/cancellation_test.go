@@ -66,7 +66,7 @@ func TestCancellation(t *testing.T) {
 			wantSeats:    4,
 			wantEvents:   0,
 			check: func(t *testing.T, f *fakeActivities) {
-				assert.Zero(t, f.callCount(workflows.ActivityPublish))
+				assert.Zero(t, f.callCount(workflows.Publish.Name))
 			},
 		},
 		{
@@ -150,7 +150,7 @@ func TestCancellation(t *testing.T) {
 				assert.Len(t, f.deadLetterInputs(), 1)
 				assert.Len(t, f.attemptsOf(workflows.EventEnrollmentCancelled), 4)
 				assert.Equal(t, workflows.StatusCancelled, f.enrollment(enrollmentID).Status, "a cancellation is not undone")
-				assert.Zero(t, f.callCount(workflows.ActivityReleaseSeat))
+				assert.Zero(t, f.callCount(workflows.ReleaseSeat.Name))
 				assert.Equal(t, []workflows.ResolveDeadLetterInput{
 					{ID: 101, State: workflows.DeadLetterDiscarded},
 				}, f.resolved())
@@ -186,7 +186,7 @@ func TestCancellation(t *testing.T) {
 			assert.Equal(t, tc.wantState, got)
 			assert.Equal(t, tc.wantClaims, claims.get(), "ClaimStatus upserts")
 			assert.Equal(t, tc.wantSeats, f.seatsTaken(courseID))
-			assert.Equal(t, 1, f.callCount(workflows.ActivityCancelEnrollment), "a refusal is not retried")
+			assert.Equal(t, 1, f.callCount(workflows.CancelEnrollment.Name), "a refusal is not retried")
 			var events int
 			for _, m := range f.publishedMessages() {
 				if m.Event.Type == workflows.EventEnrollmentCancelled {
@@ -195,8 +195,8 @@ func TestCancellation(t *testing.T) {
 			}
 			assert.Equal(t, tc.wantEvents, events, "enrollment.cancelled events")
 			if tc.wantEvents == 0 && tc.action == "" {
-				assert.Zero(t, f.callCount(workflows.ActivityPublish))
-				assert.Zero(t, f.callCount(workflows.ActivityRecordDeadLetter))
+				assert.Zero(t, f.callCount(workflows.Publish.Name))
+				assert.Zero(t, f.callCount(workflows.RecordDeadLetter.Name))
 			}
 			if tc.check != nil {
 				tc.check(t, f)
@@ -224,5 +224,5 @@ func TestCancellationTwice(t *testing.T) {
 	pub := f.publishedMessages()
 	require.Len(t, pub, 1, "enrollment.cancelled published once across both runs")
 	assert.Equal(t, cancelledEventID, pub[0].Event.ID)
-	assert.Equal(t, 2, f.callCount(workflows.ActivityCancelEnrollment))
+	assert.Equal(t, 2, f.callCount(workflows.CancelEnrollment.Name))
 }

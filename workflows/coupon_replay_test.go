@@ -21,7 +21,7 @@ func TestCouponReplayDetectsAChangedStepOrder(t *testing.T) {
 	}
 	payFirst := func(ctx workflow.Context, in workflows.UseCouponInput) (workflows.CouponState, error) {
 		ctx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: 10e9})
-		err := workflow.ExecuteActivity(ctx, workflows.ActivityPayVendor, workflows.PayVendorInput{}).Get(ctx, nil)
+		err := workflow.ExecuteActivity(ctx, workflows.PayVendor.Name, workflows.PayVendorInput{}).Get(ctx, nil)
 		return workflows.CouponState{}, err
 	}
 	for _, file := range files {

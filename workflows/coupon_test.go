@@ -73,7 +73,7 @@ func TestIssueCouponIssuesAndPublishes(t *testing.T) {
 	assert.Equal(t, workflows.EventCouponIssued, pub[0].Event.Type)
 	assert.True(t, pub[0].Event.OccurredAt.Equal(testStart))
 	assert.Equal(t, issuedEventData(), pub[0].Event.Data)
-	assert.Zero(t, f.callCount(workflows.ActivityRevokeCoupon))
+	assert.Zero(t, f.callCount(workflows.RevokeCoupon.Name))
 }
 
 func TestIssueCouponRefusals(t *testing.T) {
@@ -114,7 +114,7 @@ func TestIssueCouponRefusals(t *testing.T) {
 				assert.Equal(t, n, f.issued(id), "no stock taken")
 			}
 			assert.Empty(t, f.allPublished())
-			assert.Zero(t, f.callCount(workflows.ActivityRevokeCoupon), "nothing to compensate")
+			assert.Zero(t, f.callCount(workflows.RevokeCoupon.Name), "nothing to compensate")
 		})
 	}
 }

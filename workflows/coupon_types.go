@@ -1,10 +1,9 @@
 package workflows
 
 import (
-	"errors"
 	"time"
 
-	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
 )
 
 // Coupons: a vendor publishes coupon types, each with a fixed stock; users
@@ -66,59 +65,9 @@ const (
 	CouponFailed CouponStatus = "failed"
 )
 
-// Coupon refusals. payout_declined and payout_failed answer a use whose
-// payout did not go through; the use was compensated.
-const (
-	RefusalSoldOut            Refusal = "sold_out"
-	RefusalAlreadyIssued      Refusal = "already_issued"
-	RefusalCouponTypeNotFound Refusal = "coupon_type_not_found"
-	RefusalCouponNotFound     Refusal = "coupon_not_found"
-	RefusalNotOwner           Refusal = "not_owner"
-	RefusalAlreadyUsed        Refusal = "already_used"
-	RefusalCouponRevoked      Refusal = "coupon_revoked"
-	RefusalPayoutDeclined     Refusal = "payout_declined"
-	RefusalPayoutFailed       Refusal = "payout_failed"
-)
-
 // ErrorTypePayoutUnavailable is the (retryable) error type PayVendor returns
 // when the payout API answers 5xx, 408, 409 or 429.
 const ErrorTypePayoutUnavailable = "payout_unavailable"
-
-var couponRefusals = map[Refusal]bool{
-	RefusalSoldOut: true, RefusalAlreadyIssued: true, RefusalCouponTypeNotFound: true,
-	RefusalCouponNotFound: true, RefusalNotOwner: true, RefusalAlreadyUsed: true,
-	RefusalCouponRevoked: true, RefusalPayoutDeclined: true,
-}
-
-// couponRefusalOf extracts a coupon refusal from an activity error.
-func couponRefusalOf(err error) (refused, bool) {
-	var appErr *temporal.ApplicationError
-	if !errors.As(err, &appErr) || !couponRefusals[Refusal(appErr.Type())] {
-		return refused{}, false
-	}
-	r := refused{Refusal: Refusal(appErr.Type()), Message: appErr.Message()}
-	if appErr.HasDetails() {
-		_ = appErr.Details(&r.Holder)
-	}
-	return r, true
-}
-
-// Coupon activity names.
-const (
-	ActivityReserveCoupon    = "ReserveCoupon"
-	ActivityRevokeCoupon     = "RevokeCoupon"
-	ActivityMarkCouponUsed   = "MarkCouponUsed"
-	ActivityUnmarkCouponUsed = "UnmarkCouponUsed"
-	ActivityPayVendor        = "PayVendor"
-	ActivityRecordPayout     = "RecordPayout"
-)
-
-// CouponActivityNames lists the activities the coupon workflows call besides
-// the shared Publish, RecordDeadLetter and ResolveDeadLetter.
-var CouponActivityNames = []string{
-	ActivityReserveCoupon, ActivityRevokeCoupon, ActivityMarkCouponUsed,
-	ActivityUnmarkCouponUsed, ActivityPayVendor, ActivityRecordPayout,
-}
 
 // IssueCouponInput claims one coupon of a type for a user. CouponID is chosen
 // by the caller, so it survives a reset of the run, and makes a retried
@@ -271,4 +220,42 @@ type RecordPayoutInput struct {
 type RecordPayoutResult struct {
 	LedgerID   int64
 	RecordedAt time.Time
+}
+
+// ---- shared by IssueCoupon and UseCoupon ----
+
+// couponStatusSetter keeps a coupon run's status and its ClaimStatus search
+// attribute in step; a refusal shows as its code.
+func couponStatusSetter(state *CouponState) func(workflow.Context, CouponStatus) {
+	return func(ctx workflow.Context, s CouponStatus) {
+		state.Status = s
+		claim := string(s)
+		if s == CouponRefused {
+			claim = string(state.Refusal)
+		}
+		upsertClaimStatus(ctx, claim)
+	}
+}
+
+func upsertCouponAttributes(ctx workflow.Context, typeID, vendorID string) {
+	if err := workflow.UpsertTypedSearchAttributes(ctx,
+		SearchCouponTypeID.ValueSet(typeID), SearchVendorID.ValueSet(vendorID)); err != nil {
+		workflow.GetLogger(ctx).Warn("upsert search attributes failed", "error", err)
+	}
+}
+
+// parkingFor lets publishOrPark park a coupon run's message: the run shows
+// dead_lettered, and the status it had once the message is out.
+func parkingFor(state *CouponState, setStatus func(workflow.Context, CouponStatus)) parking {
+	before := state.Status
+	return parking{
+		deadLetterID: &state.DeadLetterID,
+		lastError:    &state.LastError,
+		park:         func(ctx workflow.Context) { setStatus(ctx, CouponDeadLettered) },
+		unpark:       func(ctx workflow.Context) { setStatus(ctx, before) },
+	}
+}
+
+func couponUndecided(couponID string, err error) CouponDecision {
+	return CouponDecision{CouponID: couponID, Status: CouponFailed, Message: undecidedMessage(err)}
 }

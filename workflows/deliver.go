@@ -13,18 +13,6 @@ import (
 // event to a DeliverEvent run only when that inline attempt failed, so the
 // happy path never pays for a workflow.
 
-// Activities of the consumer's durable path. They are listed apart from
-// ActivityNames so that the enrollment sagas' test fake need not know them;
-// a worker must provide both lists.
-const (
-	ActivityDeliverNotification     = "DeliverNotification"
-	ActivityRecordConsumeDeadLetter = "RecordConsumeDeadLetter"
-)
-
-// DeliveryActivityNames lists the activities DeliverEvent calls besides
-// ActivityResolveDeadLetter, which it shares with the sagas.
-var DeliveryActivityNames = []string{ActivityDeliverNotification, ActivityRecordConsumeDeadLetter}
-
 // ConsumedTopics are the topics the consumer reads unless configured
 // otherwise.
 var ConsumedTopics = []string{EnrollmentTopic, CouponTopic}
@@ -146,28 +134,30 @@ func deliveryOptions(ctx workflow.Context, policy *temporal.RetryPolicy) workflo
 // retry runs the policy again, compensate discards the event (no
 // notification will be sent for it, even if Kafka delivers it again).
 func DeliverEvent(ctx workflow.Context, in DeliverEventInput) (DeliveryState, error) {
-	state := DeliveryState{EventID: in.Event.EventID, Topic: in.Event.Topic, Status: DeliveryRetrying}
+	// A delivery has no decision to answer: its callers are operators, who
+	// query its status and signal it.
+	c := &claim[DeliveryState, struct{}]{state: DeliveryState{EventID: in.Event.EventID, Topic: in.Event.Topic, Status: DeliveryRetrying}}
+	state := &c.state
 	if in.InlineError != "" {
 		state.Attempts, state.LastError = 1, in.InlineError
 	}
-	if err := workflow.SetQueryHandler(ctx, QueryStatus, func() (DeliveryState, error) {
-		return state, nil
-	}); err != nil {
-		return state, fmt.Errorf("register status query: %w", err)
+	if err := c.register(ctx, nil); err != nil {
+		return *state, err
 	}
-	err := deliverEvent(ctx, in, &state)
+	err := deliverEvent(ctx, in, state)
 	if temporal.IsCanceledError(err) && state.DeadLetterID != 0 {
 		// An operator cancelling a parked delivery gives up on it, like
 		// compensate; the dead letter must not stay open for a run that
 		// can no longer take a decision.
 		dctx, cancel := workflow.NewDisconnectedContext(ctx)
 		defer cancel()
-		setDeliveryStatus(dctx, &state, DeliveryDiscarded)
+		setDeliveryStatus(dctx, state, DeliveryDiscarded)
 		if rerr := resolveDeadLetter(dctx, state.DeadLetterID, DeadLetterDiscarded); rerr != nil {
 			err = errors.Join(err, rerr)
 		}
 	}
-	return state, err
+	c.end(ctx, err, nil)
+	return *state, err
 }
 
 func deliverEvent(ctx workflow.Context, in DeliverEventInput, state *DeliveryState) error {
@@ -182,9 +172,8 @@ func deliverEvent(ctx workflow.Context, in DeliverEventInput, state *DeliverySta
 				return err
 			}
 		}
-		var res DeliverNotificationResult
-		err := workflow.ExecuteActivity(deliveryOptions(ctx, policy), ActivityDeliverNotification,
-			DeliverNotificationInput{Event: in.Event, PriorAttempts: state.Attempts}).Get(ctx, &res)
+		res, err := DeliverNotification.Execute(deliveryOptions(ctx, policy),
+			DeliverNotificationInput{Event: in.Event, PriorAttempts: state.Attempts})
 		if err == nil {
 			if !res.AlreadyDone {
 				state.Attempts = res.Attempts
@@ -209,14 +198,14 @@ func deliverEvent(ctx workflow.Context, in DeliverEventInput, state *DeliverySta
 		state.Attempts += attemptsOf(err, policy)
 		state.LastError = err.Error()
 
-		var record DeadLetterRecord
-		if err := workflow.ExecuteActivity(databaseOptions(ctx), ActivityRecordConsumeDeadLetter, ConsumeDeadLetterInput{
+		record, err := RecordConsumeDeadLetter.Execute(databaseOptions(ctx), ConsumeDeadLetterInput{
 			Event:      in.Event,
 			WorkflowID: info.WorkflowExecution.ID,
 			RunID:      info.WorkflowExecution.RunID,
 			Error:      state.LastError,
 			Round:      round,
-		}).Get(ctx, &record); err != nil {
+		})
+		if err != nil {
 			return fmt.Errorf("record dead letter for %s: %w", in.Event.EventID, err)
 		}
 		state.DeadLetterID = record.ID
@@ -259,7 +248,5 @@ func attemptsOf(err error, policy *temporal.RetryPolicy) int {
 // existing filter ClaimStatus = "dead_lettered" lists parked deliveries too.
 func setDeliveryStatus(ctx workflow.Context, state *DeliveryState, s DeliveryStatus) {
 	state.Status = s
-	if err := workflow.UpsertTypedSearchAttributes(ctx, SearchClaimStatus.ValueSet(string(s))); err != nil {
-		workflow.GetLogger(ctx).Warn("upsert ClaimStatus failed", "error", err)
-	}
+	upsertClaimStatus(ctx, string(s))
 }

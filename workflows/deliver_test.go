@@ -114,16 +114,9 @@ func newDeliverEnv(t *testing.T, f *fakeSink) (*testsuite.TestWorkflowEnvironmen
 	// The consumer starts each run under its event's ID.
 	env.SetStartWorkflowOptions(client.StartWorkflowOptions{ID: workflows.DeliverEventWorkflowID(confirmedEventID)})
 	env.RegisterWorkflow(workflows.DeliverEvent)
-	fns := map[string]any{
-		workflows.ActivityDeliverNotification:     f.DeliverNotification,
-		workflows.ActivityRecordConsumeDeadLetter: f.RecordConsumeDeadLetter,
-		workflows.ActivityResolveDeadLetter:       f.ResolveDeadLetter,
-	}
-	for _, name := range append(slices.Clone(workflows.DeliveryActivityNames), workflows.ActivityResolveDeadLetter) {
-		fn, ok := fns[name]
-		require.Truef(t, ok, "fake sink has no activity %q", name)
-		env.RegisterActivityWithOptions(fn, activity.RegisterOptions{Name: name})
-	}
+	register(env, workflows.DeliverNotification, f.DeliverNotification)
+	register(env, workflows.RecordConsumeDeadLetter, f.RecordConsumeDeadLetter)
+	registerNoResult(env, workflows.ResolveDeadLetter, f.ResolveDeadLetter)
 	f.now = env.Now
 	return env, recordClaimStatus(env)
 }

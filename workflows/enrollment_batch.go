@@ -10,24 +10,13 @@ import (
 	"go.temporal.io/sdk/workflow"
 )
 
-// Group commit. A Temporal run per request costs the server 8–20 ms of CPU
-// here, which caps per-request runs near 100/s on two cores. A batch run
+// Group commit. Every Temporal run costs the server CPU of its own, so one
+// run per request caps the claims a small cluster can take. A batch run
 // claims the seats of every request that arrived while the previous batch
 // was in flight: one transaction, one acks=all send, one confirmation, one
 // run — so the cost per enrollment falls with load while each enrollment
 // keeps its own ID, event ID, timestamps and, when something goes wrong, its
 // own Enrollment run with dead letter and compensation.
-
-// Activity names of the batch path.
-const (
-	ActivityReserveSeats   = "ReserveSeats"
-	ActivityPublishBatch   = "PublishBatch"
-	ActivityConfirmBatch   = "ConfirmBatch"
-	ActivityReleaseSeatSet = "ReleaseSeats"
-)
-
-// BatchActivityNames lists the activities the batch path adds.
-var BatchActivityNames = []string{ActivityReserveSeats, ActivityPublishBatch, ActivityConfirmBatch, ActivityReleaseSeatSet}
 
 // EnrollmentBatchWorkflowID names a batch; batch IDs are time-ordered UUIDs
 // chosen by the API instance that collected the batch.
@@ -86,29 +75,21 @@ type BatchState struct {
 // EnrollmentBatch is the group-commit saga. Its decision update returns
 // one Decision per claim, in order.
 func EnrollmentBatch(ctx workflow.Context, in EnrollmentBatchInput) (BatchState, error) {
-	state := BatchState{BatchID: in.BatchID, Claims: len(in.Claims), Status: StatusPending}
-	var decisions []Decision
-	if err := workflow.SetQueryHandler(ctx, QueryStatus, func() (BatchState, error) { return state, nil }); err != nil {
-		return state, fmt.Errorf("register status query: %w", err)
+	// A batch keeps its status in its state only: its enrollments' own
+	// ClaimStatus is what operators filter on.
+	c := &claim[BatchState, []Decision]{state: BatchState{BatchID: in.BatchID, Claims: len(in.Claims), Status: StatusPending}}
+	if err := c.register(ctx, same[[]Decision]); err != nil {
+		return c.state, err
 	}
-	if err := workflow.SetUpdateHandler(ctx, UpdateDecision, func(ctx workflow.Context) ([]Decision, error) {
-		if err := workflow.Await(ctx, func() bool { return decisions != nil }); err != nil {
-			return nil, err
-		}
-		return decisions, nil
-	}); err != nil {
-		return state, fmt.Errorf("register decision update: %w", err)
-	}
-	err := runBatch(ctx, in, &state, func(d []Decision) { decisions = d })
-	if decisions == nil {
+	err := runBatch(ctx, in, &c.state, func(d []Decision) { c.decide(ctx, d) })
+	c.end(ctx, err, func(err error) []Decision {
 		d := make([]Decision, len(in.Claims))
-		for i, c := range in.Claims {
-			d[i] = undecided(c.EnrollmentID, err)
+		for i, claim := range in.Claims {
+			d[i] = undecided(claim.EnrollmentID, err)
 		}
-		decisions = d
-	}
-	_ = workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) })
-	return state, err
+		return d
+	})
+	return c.state, err
 }
 
 // batchLocalOptions: database steps of a batch run as local activities in
@@ -130,22 +111,19 @@ func runBatch(ctx workflow.Context, in EnrollmentBatchInput, state *BatchState, 
 		reservedIDs = append(reservedIDs, c.EnrollmentID)
 	}
 	var s saga
-	defer func() {
-		// An operator's cancel before the events are out gives the seats back.
-		if temporal.IsCanceledError(err) && len(s.compensations) > 0 {
-			if cerr := s.compensate(ctx); cerr != nil {
-				err = fmt.Errorf("%w; compensation: %v", err, cerr)
-			}
-			state.Status = StatusFailed
-		}
-	}()
-	s.add(func(ctx workflow.Context) error {
-		return workflow.ExecuteActivity(compensationOptions(ctx), ActivityReleaseSeatSet, reservedIDs).Get(ctx, nil)
+	// An operator's cancel before the events are out gives the seats back.
+	defer s.unwindIfCancelled(ctx, &err, func(ctx workflow.Context) error {
+		err := s.compensate(ctx)
+		state.Status = StatusFailed
+		return err
 	})
-	var reserved ReserveSeatsResult
-	if err := workflow.ExecuteLocalActivity(batchLocalOptions(ctx), ActivityReserveSeats, ReserveSeatsInput{
+	s.add(func(ctx workflow.Context) error {
+		return ReleaseSeats.Execute(compensationOptions(ctx), reservedIDs)
+	})
+	reserved, err := ReserveSeats.ExecuteLocal(batchLocalOptions(ctx), ReserveSeatsInput{
 		Claims: in.Claims, WorkflowID: info.WorkflowExecution.ID, RunID: info.WorkflowExecution.RunID,
-	}).Get(ctx, &reserved); err != nil {
+	})
+	if err != nil {
 		return fmt.Errorf("reserve seats of batch %s: %w", in.BatchID, err)
 	}
 	if len(reserved.Decisions) != len(in.Claims) {
@@ -163,7 +141,7 @@ func runBatch(ctx workflow.Context, in EnrollmentBatchInput, state *BatchState, 
 	state.Status = StatusReserved
 	if len(granted) == 0 {
 		decide(reserved.Decisions)
-		s.compensations = nil
+		s.forget()
 		state.Status = StatusRefused
 		return nil
 	}
@@ -191,12 +169,12 @@ func runBatch(ctx workflow.Context, in EnrollmentBatchInput, state *BatchState, 
 		// the publish policy and confirms what it has not.
 		fast := publish
 		fast.FailFast, fast.Confirm = true, true
-		err := workflow.ExecuteLocalActivity(fastLocalOptions(ctx), ActivityPublishBatch, fast).Get(ctx, nil)
+		err := PublishBatch.ExecuteLocal(fastLocalOptions(ctx), fast)
 		if temporal.IsCanceledError(err) {
 			return err
 		}
 		if err == nil {
-			s.compensations = nil
+			s.forget()
 			decide(confirmed(reserved.Decisions))
 			state.Status = StatusConfirmed
 			return nil
@@ -204,7 +182,7 @@ func runBatch(ctx workflow.Context, in EnrollmentBatchInput, state *BatchState, 
 	}
 	decide(reserved.Decisions)
 
-	err = workflow.ExecuteActivity(publishOptions(ctx), ActivityPublishBatch, publish).Get(ctx, nil)
+	err = PublishBatch.Execute(publishOptions(ctx), publish)
 	if temporal.IsCanceledError(err) {
 		return err
 	}
@@ -212,16 +190,16 @@ func runBatch(ctx workflow.Context, in EnrollmentBatchInput, state *BatchState, 
 		// The publish policy is spent. Each enrollment goes on in a run of
 		// its own, which dead-letters it and waits for an operator, exactly
 		// as a single enrollment would; this batch is done with them.
-		s.compensations = nil
+		s.forget()
 		state.Status = StatusDeadLettered
 		return handOff(ctx, granted, state)
 	}
 
 	// The events are out: the seats belong to the students.
-	s.compensations = nil
+	s.forget()
 	cctx, cancel := workflow.NewDisconnectedContext(ctx)
 	defer cancel()
-	if err := workflow.ExecuteLocalActivity(batchLocalOptions(cctx), ActivityConfirmBatch, reservedIDs).Get(cctx, nil); err != nil {
+	if err := ConfirmBatch.ExecuteLocal(batchLocalOptions(cctx), reservedIDs); err != nil {
 		return fmt.Errorf("confirm batch %s: %w", in.BatchID, err)
 	}
 	state.Status = StatusConfirmed

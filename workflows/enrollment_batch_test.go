@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sort"
 	"sync"
 	"testing"
 	"time"
@@ -62,16 +61,6 @@ func (b *batchFake) withEnrollment(id, course, student string, status workflows.
 	return b
 }
 
-// batchByName maps the batch activity names to the fake's implementation.
-func (b *batchFake) batchByName() map[string]any {
-	return map[string]any{
-		workflows.ActivityReserveSeats:   b.ReserveSeats,
-		workflows.ActivityPublishBatch:   b.PublishBatch,
-		workflows.ActivityConfirmBatch:   b.ConfirmBatch,
-		workflows.ActivityReleaseSeatSet: b.ReleaseSeats,
-	}
-}
-
 // newBatchEnv is newEnv plus the batch workflow and its activities. The
 // batch calls its local activities by name, so they are registered by name
 // like the rest.
@@ -79,12 +68,10 @@ func newBatchEnv(t *testing.T, b *batchFake) (*testsuite.TestWorkflowEnvironment
 	t.Helper()
 	env, claims := newEnv(t, b.fakeActivities)
 	env.RegisterWorkflow(workflows.EnrollmentBatch)
-	fns := b.batchByName()
-	for _, name := range workflows.BatchActivityNames {
-		fn, ok := fns[name]
-		require.Truef(t, ok, "batch fake has no activity %q", name)
-		env.RegisterActivityWithOptions(fn, activity.RegisterOptions{Name: name})
-	}
+	register(env, workflows.ReserveSeats, b.ReserveSeats)
+	registerNoResult(env, workflows.PublishBatch, b.PublishBatch)
+	registerNoResult(env, workflows.ConfirmBatch, b.ConfirmBatch)
+	registerNoResult(env, workflows.ReleaseSeats, b.ReleaseSeats)
 	return env, claims
 }
 
@@ -105,7 +92,7 @@ func (b *batchFake) holder(course, student string) string {
 func (b *batchFake) ReserveSeats(_ context.Context, in workflows.ReserveSeatsInput) (workflows.ReserveSeatsResult, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.called(workflows.ActivityReserveSeats)
+	b.called(workflows.ReserveSeats.Name)
 	b.reserveSeatsInputs = append(b.reserveSeatsInputs, in)
 	if b.reserveErr != nil {
 		return workflows.ReserveSeatsResult{}, b.reserveErr
@@ -155,7 +142,7 @@ func (b *batchFake) ReserveSeats(_ context.Context, in workflows.ReserveSeatsInp
 func (b *batchFake) PublishBatch(ctx context.Context, in workflows.PublishBatchInput) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.called(workflows.ActivityPublishBatch)
+	b.called(workflows.PublishBatch.Name)
 	attempt := batchAttempt{In: in, Attempt: activity.GetInfo(ctx).Attempt, At: b.now()}
 	if len(in.Messages) != len(in.EnrollmentIDs) {
 		return temporal.NewNonRetryableApplicationError(fmt.Sprintf("%d messages for %d enrollments",
@@ -208,7 +195,7 @@ func (b *batchFake) publish(in workflows.PublishBatchInput) {
 func (b *batchFake) ConfirmBatch(_ context.Context, ids []string) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.called(workflows.ActivityConfirmBatch)
+	b.called(workflows.ConfirmBatch.Name)
 	b.confirmBatches = append(b.confirmBatches, slices.Clone(ids))
 	for _, id := range ids {
 		if e, ok := b.enrollments[id]; ok &&
@@ -222,7 +209,7 @@ func (b *batchFake) ConfirmBatch(_ context.Context, ids []string) error {
 func (b *batchFake) ReleaseSeats(_ context.Context, ids []string) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.called(workflows.ActivityReleaseSeatSet)
+	b.called(workflows.ReleaseSeats.Name)
 	b.releaseSeatSets = append(b.releaseSeatSets, slices.Clone(ids))
 	for _, id := range ids {
 		e, ok := b.enrollments[id]
@@ -288,17 +275,6 @@ func (b *batchFake) deadLetterOf(enrollmentID string) fakeDeadLetter {
 		}
 	}
 	return fakeDeadLetter{}
-}
-
-func TestBatchFakeCoversBatchActivityNames(t *testing.T) {
-	var names []string
-	for name := range newBatchFake().batchByName() {
-		names = append(names, name)
-	}
-	want := slices.Clone(workflows.BatchActivityNames)
-	sort.Strings(names)
-	sort.Strings(want)
-	require.Equal(t, want, names, "the batch fake must implement exactly the batch activities")
 }
 
 // ---- the decision update of a batch ----
@@ -425,12 +401,12 @@ func assertNoHandOff(t *testing.T, r *batchRun) {
 	t.Helper()
 	f := r.fake
 	assert.Empty(t, r.startedChildren(), "no Enrollment run started")
-	assert.Zero(t, f.callCount(workflows.ActivityReserveSeat))
-	assert.Zero(t, f.callCount(workflows.ActivityPublish))
-	assert.Zero(t, f.callCount(workflows.ActivityMarkConfirmed))
-	assert.Zero(t, f.callCount(workflows.ActivityReleaseSeat))
-	assert.Zero(t, f.callCount(workflows.ActivityRecordDeadLetter))
-	assert.Zero(t, f.callCount(workflows.ActivityResolveDeadLetter))
+	assert.Zero(t, f.callCount(workflows.ReserveSeat.Name))
+	assert.Zero(t, f.callCount(workflows.Publish.Name))
+	assert.Zero(t, f.callCount(workflows.MarkConfirmed.Name))
+	assert.Zero(t, f.callCount(workflows.ReleaseSeat.Name))
+	assert.Zero(t, f.callCount(workflows.RecordDeadLetter.Name))
+	assert.Zero(t, f.callCount(workflows.ResolveDeadLetter.Name))
 }
 
 func TestEnrollmentBatch(t *testing.T) {
@@ -576,11 +552,11 @@ func TestEnrollmentBatch(t *testing.T) {
 				Status: workflows.StatusRefused},
 			check: func(t *testing.T, r *batchRun) {
 				f := r.fake
-				assert.Equal(t, 1, f.callCount(workflows.ActivityReserveSeats), "refusals are not retried")
-				assert.Zero(t, f.callCount(workflows.ActivityPublishBatch), "no publish")
+				assert.Equal(t, 1, f.callCount(workflows.ReserveSeats.Name), "refusals are not retried")
+				assert.Zero(t, f.callCount(workflows.PublishBatch.Name), "no publish")
 				assert.Empty(t, f.publishedMessages())
-				assert.Zero(t, f.callCount(workflows.ActivityConfirmBatch))
-				assert.Zero(t, f.callCount(workflows.ActivityReleaseSeatSet), "nothing reserved, nothing to release")
+				assert.Zero(t, f.callCount(workflows.ConfirmBatch.Name))
+				assert.Zero(t, f.callCount(workflows.ReleaseSeats.Name), "nothing reserved, nothing to release")
 				assert.Equal(t, 1, f.seatsTaken(courseID))
 				assert.Equal(t, 1, f.seatsTaken(course2))
 				assertNoHandOff(t, r)
@@ -684,8 +660,8 @@ func TestEnrollmentBatch(t *testing.T) {
 					assert.Equal(t, want, children[child(c)], "child %s starts at its publish step", child(c))
 				}
 				assert.Equal(t, []string{testWorkflowID, testWorkflowID}, r.childParents)
-				assert.Zero(t, f.callCount(workflows.ActivityReserveSeat), "children reserve nothing again")
-				assert.Equal(t, 1, f.callCount(workflows.ActivityReserveSeats))
+				assert.Zero(t, f.callCount(workflows.ReserveSeat.Name), "children reserve nothing again")
+				assert.Equal(t, 1, f.callCount(workflows.ReserveSeats.Name))
 
 				// Each child published on its own policy, then dead-lettered its event.
 				dls := f.deadLetterInputs()
@@ -834,7 +810,7 @@ func TestEnrollmentBatchCancelledWhileReserveSeatsRetries(t *testing.T) {
 	err := env.GetWorkflowError()
 	require.Error(t, err)
 	assert.True(t, temporal.IsCanceledError(err), "want a cancelled run, got %v", err)
-	assert.Equal(t, 2, f.callCount(workflows.ActivityReserveSeats))
+	assert.Equal(t, 2, f.callCount(workflows.ReserveSeats.Name))
 	decisions.mu.Lock()
 	assert.True(t, decisions.completed, "the caller hears of the cancel")
 	decisions.mu.Unlock()
@@ -845,5 +821,5 @@ func TestEnrollmentBatchCancelledWhileReserveSeatsRetries(t *testing.T) {
 	assert.Equal(t, 2, f.seatsTaken(courseID), "no seat leaks")
 	assert.Equal(t, workflows.StatusFailed, f.enrollment("enr-1").Status)
 	assert.Equal(t, workflows.StatusFailed, f.enrollment("enr-2").Status)
-	assert.Zero(t, f.callCount(workflows.ActivityPublishBatch))
+	assert.Zero(t, f.callCount(workflows.PublishBatch.Name))
 }

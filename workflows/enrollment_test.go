@@ -441,12 +441,12 @@ func refusal(holder string, r workflows.Refusal) workflows.Decision {
 // confirmed, compensated or dead-lettered.
 func assertNoSideEffects(t *testing.T, f *fakeActivities) {
 	t.Helper()
-	assert.Equal(t, 1, f.callCount(workflows.ActivityReserveSeat), "a refusal is not retried")
-	assert.Zero(t, f.callCount(workflows.ActivityPublish), "nothing published")
-	assert.Zero(t, f.callCount(workflows.ActivityMarkConfirmed))
-	assert.Zero(t, f.callCount(workflows.ActivityReleaseSeat), "nothing to compensate")
-	assert.Zero(t, f.callCount(workflows.ActivityRecordDeadLetter))
-	assert.Zero(t, f.callCount(workflows.ActivityResolveDeadLetter))
+	assert.Equal(t, 1, f.callCount(workflows.ReserveSeat.Name), "a refusal is not retried")
+	assert.Zero(t, f.callCount(workflows.Publish.Name), "nothing published")
+	assert.Zero(t, f.callCount(workflows.MarkConfirmed.Name))
+	assert.Zero(t, f.callCount(workflows.ReleaseSeat.Name), "nothing to compensate")
+	assert.Zero(t, f.callCount(workflows.RecordDeadLetter.Name))
+	assert.Zero(t, f.callCount(workflows.ResolveDeadLetter.Name))
 }
 
 // requireDeadLettered checks the status query taken while the run waited.
@@ -557,7 +557,7 @@ func TestSecondDecision(t *testing.T) {
 			d1.Message, d2.Message = "", ""
 			assert.Equal(t, tc.wantFirst, d1, "first claim")
 			assert.Equal(t, tc.wantSecond, d2, "second claim")
-			assert.Equal(t, 1, f.callCount(workflows.ActivityReserveSeat), "a second claim reserves nothing")
+			assert.Equal(t, 1, f.callCount(workflows.ReserveSeat.Name), "a second claim reserves nothing")
 		})
 	}
 }
@@ -676,8 +676,8 @@ func TestUndecidedRunAnswersTheCaller(t *testing.T) {
 			if tc.wantClaims != nil {
 				assert.Equal(t, tc.wantClaims, claims.get())
 			}
-			assert.Zero(t, f.callCount(workflows.ActivityPublish), "nothing published")
-			assert.Zero(t, f.callCount(workflows.ActivityReleaseSeat), "nothing reserved, nothing released")
+			assert.Zero(t, f.callCount(workflows.Publish.Name), "nothing published")
+			assert.Zero(t, f.callCount(workflows.ReleaseSeat.Name), "nothing reserved, nothing released")
 			assert.Equal(t, tc.wantSeats, f.seatsTaken(courseID), "seats untouched")
 		})
 	}

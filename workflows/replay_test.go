@@ -55,7 +55,7 @@ func TestReplayDetectsAChangedStepOrder(t *testing.T) {
 	}
 	changed := func(ctx workflow.Context, in workflows.EnrollmentInput) (workflows.EnrollmentState, error) {
 		ctx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: 10e9})
-		err := workflow.ExecuteActivity(ctx, workflows.ActivityMarkConfirmed, in.EnrollmentID).Get(ctx, nil)
+		err := workflow.ExecuteActivity(ctx, workflows.MarkConfirmed.Name, in.EnrollmentID).Get(ctx, nil)
 		return workflows.EnrollmentState{}, err
 	}
 	for _, file := range files {

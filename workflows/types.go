@@ -5,8 +5,6 @@
 package workflows
 
 import (
-	"errors"
-	"fmt"
 	"time"
 
 	"go.temporal.io/sdk/temporal"
@@ -63,59 +61,6 @@ const (
 	// StatusRefused: a business refusal ended the run; Refusal says which.
 	StatusRefused EnrollmentStatus = "refused"
 )
-
-// Refusal is a business "no". Refusals are answers, not faults: activities
-// return them as non-retryable application errors whose type is the code.
-type Refusal string
-
-const (
-	RefusalCourseFull      Refusal = "course_full"
-	RefusalAlreadyEnrolled Refusal = "already_enrolled"
-	RefusalCourseNotFound  Refusal = "course_not_found"
-	// The enrollment refusals answer cancellations.
-	RefusalEnrollmentNotFound Refusal = "enrollment_not_found"
-	RefusalEnrollmentPending  Refusal = "enrollment_pending"
-	RefusalEnrollmentInactive Refusal = "enrollment_not_active"
-)
-
-// Refuse builds the error an activity returns for a business refusal. It is
-// benign: an expected answer, logged quietly and not counted as a failure.
-func Refuse(r Refusal, format string, args ...any) error {
-	return temporal.NewApplicationErrorWithOptions(fmt.Sprintf(format, args...), string(r),
-		temporal.ApplicationErrorOptions{NonRetryable: true, Category: temporal.ApplicationErrorCategoryBenign})
-}
-
-// RefusalWithHolder is a refusal that names the enrollment already holding
-// the claim, so the caller can be pointed at it.
-func RefusalWithHolder(r Refusal, holder, format string, args ...any) error {
-	return temporal.NewApplicationErrorWithOptions(fmt.Sprintf(format, args...), string(r),
-		temporal.ApplicationErrorOptions{NonRetryable: true, Category: temporal.ApplicationErrorCategoryBenign, Details: []any{holder}})
-}
-
-type refused struct {
-	Refusal Refusal
-	Message string
-	Holder  string
-}
-
-// refusalOf extracts the refusal from an activity error, if it is one.
-func refusalOf(err error) (refused, bool) {
-	var appErr *temporal.ApplicationError
-	if !errors.As(err, &appErr) {
-		return refused{}, false
-	}
-	r := refused{Refusal: Refusal(appErr.Type()), Message: appErr.Message()}
-	switch r.Refusal {
-	case RefusalCourseFull, RefusalAlreadyEnrolled, RefusalCourseNotFound,
-		RefusalEnrollmentNotFound, RefusalEnrollmentPending, RefusalEnrollmentInactive:
-	default:
-		return refused{}, false
-	}
-	if appErr.HasDetails() {
-		_ = appErr.Details(&r.Holder)
-	}
-	return r, true
-}
 
 // Event is the JSON envelope published to Kafka. ID is derived in the
 // workflow, so a republish after a lost ack carries the same ID and every

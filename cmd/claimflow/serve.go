@@ -151,9 +151,6 @@ type workerService struct {
 }
 
 func startWorker(cfg config, log *slog.Logger, pool *pgxpool.Pool, tc client.Client, tel *telemetry) (*workerService, error) {
-	if err := worker.CheckActivities(); err != nil {
-		return nil, err
-	}
 	producer, err := activities.NewProducer(kafkaConfig(cfg, "claimflow-worker"))
 	if err != nil {
 		return nil, err
@@ -161,7 +158,7 @@ func startWorker(cfg config, log *slog.Logger, pool *pgxpool.Pool, tc client.Cli
 	acts := &activities.Activities{DB: pool, Producer: producer, Log: log.With("component", "activities"),
 		Metrics: tel.Activities, Payouts: activities.NewPayouts(cfg.PayoutURL, cfg.PayoutTimeout),
 		Sink: notifySink(cfg, pool)}
-	w := worker.New(tc, acts, worker.Options{
+	w := worker.New(tc, acts, acts, worker.Options{
 		MaxConcurrentActivities: cfg.MaxActivities,
 		Interceptors:            []interceptor.WorkerInterceptor{worker.NewAttemptMetrics(tel.Registry)},
 	})

@@ -30,237 +30,6 @@ func payoutOptions(ctx workflow.Context) workflow.Context {
 	})
 }
 
-// couponStatusSetter keeps a coupon run's status and its ClaimStatus search
-// attribute in step; a refusal shows as its code.
-func couponStatusSetter(state *CouponState) func(workflow.Context, CouponStatus) {
-	return func(ctx workflow.Context, s CouponStatus) {
-		state.Status = s
-		claim := string(s)
-		if s == CouponRefused {
-			claim = string(state.Refusal)
-		}
-		// A failed upsert only makes the UI filter stale; it must not fail the saga.
-		if err := workflow.UpsertTypedSearchAttributes(ctx, SearchClaimStatus.ValueSet(claim)); err != nil {
-			workflow.GetLogger(ctx).Warn("upsert ClaimStatus failed", "error", err)
-		}
-	}
-}
-
-func upsertCouponAttributes(ctx workflow.Context, typeID, vendorID string) {
-	if err := workflow.UpsertTypedSearchAttributes(ctx,
-		SearchCouponTypeID.ValueSet(typeID), SearchVendorID.ValueSet(vendorID)); err != nil {
-		workflow.GetLogger(ctx).Warn("upsert search attributes failed", "error", err)
-	}
-}
-
-// parkingFor lets publishOrPark park a coupon run's message: the run shows
-// dead_lettered, and the status it had once the message is out.
-func parkingFor(state *CouponState, setStatus func(workflow.Context, CouponStatus)) parking {
-	before := state.Status
-	return parking{
-		deadLetterID: &state.DeadLetterID,
-		lastError:    &state.LastError,
-		park:         func(ctx workflow.Context) { setStatus(ctx, CouponDeadLettered) },
-		unpark:       func(ctx workflow.Context) { setStatus(ctx, before) },
-	}
-}
-
-func couponUndecided(couponID string, err error) CouponDecision {
-	d := undecided(couponID, err)
-	return CouponDecision{CouponID: couponID, Status: CouponFailed, Message: d.Message}
-}
-
-// awaitHandlers lets every waiting caller have its answer before the run
-// closes, also when the run was cancelled.
-func awaitHandlers(ctx workflow.Context) {
-	_ = awaitDisconnected(ctx, func() bool { return workflow.AllHandlersFinished(ctx) })
-}
-
-func awaitDisconnected(ctx workflow.Context, cond func() bool) error {
-	dctx, cancel := workflow.NewDisconnectedContext(ctx)
-	defer cancel()
-	return workflow.Await(dctx, cond)
-}
-
-// ---- IssueCoupon ----
-
-// issue is one run of the issue saga.
-type issue struct {
-	in        IssueCouponInput
-	state     CouponState
-	setStatus func(workflow.Context, CouponStatus)
-	decision  *CouponDecision
-	// answered counts decision requests: the first is the claim itself, any
-	// later one a second claim of the same type by the same user.
-	answered int
-	saga     saga
-	// revoked is what the compensation found: the coupon was taken back.
-	revoked bool
-}
-
-// IssueCoupon takes one unit of a coupon type's stock for a user and
-// publishes coupon.issued. The caller learns the outcome through
-// UpdateDecision as soon as the stock is decided; the coupon is the user's
-// from then on. If coupon.issued cannot be published the run dead-letters it
-// as enrollments do; the operator's compensate revokes the coupon (stock
-// back, coupon.revoked) unless it is already being used, in which case the
-// event is discarded.
-func IssueCoupon(ctx workflow.Context, in IssueCouponInput) (CouponState, error) {
-	is := &issue{in: in, state: CouponState{
-		CouponID: in.CouponID, CouponTypeID: in.TypeID, UserID: in.UserID, Status: CouponPending,
-	}}
-	is.setStatus = couponStatusSetter(&is.state)
-	if err := is.registerHandlers(ctx); err != nil {
-		return is.state, err
-	}
-	err := is.run(ctx)
-	if is.decision == nil {
-		is.decide(ctx, couponUndecided(in.CouponID, err))
-	}
-	awaitHandlers(ctx)
-	return is.state, err
-}
-
-func (is *issue) registerHandlers(ctx workflow.Context) error {
-	if err := workflow.SetQueryHandler(ctx, QueryStatus, func() (CouponState, error) {
-		return is.state, nil
-	}); err != nil {
-		return fmt.Errorf("register status query: %w", err)
-	}
-	return workflow.SetUpdateHandler(ctx, UpdateDecision, func(ctx workflow.Context) (CouponDecision, error) {
-		is.answered++
-		first := is.answered == 1
-		// The run decides before it ends, also when cancelled: wait on a
-		// disconnected context so the caller hears the decision.
-		if err := awaitDisconnected(ctx, func() bool { return is.decision != nil }); err != nil {
-			return CouponDecision{}, err
-		}
-		d := *is.decision
-		if !first && d.Status == CouponIssued {
-			// The coupon is already this user's: a second claim gets the
-			// answer the database gives once this run is over.
-			d = CouponDecision{CouponID: d.CouponID, Status: CouponRefused, Refusal: RefusalAlreadyIssued,
-				Message: "user already holds a coupon of this type"}
-		}
-		return d, nil
-	})
-}
-
-func (is *issue) decide(ctx workflow.Context, d CouponDecision) {
-	is.decision = &d
-	is.setStatus(ctx, d.Status)
-}
-
-func (is *issue) run(ctx workflow.Context) (err error) {
-	defer func() {
-		// A cancelled run (operator `temporal workflow cancel`) gives its stock back.
-		if temporal.IsCanceledError(err) && len(is.saga.compensations) > 0 {
-			dctx, cancel := workflow.NewDisconnectedContext(ctx)
-			defer cancel()
-			if cerr := is.fail(dctx); cerr != nil {
-				err = fmt.Errorf("%w; %w", err, cerr)
-			}
-		}
-	}()
-	info := workflow.GetInfo(ctx)
-
-	is.saga.add(func(ctx workflow.Context) error {
-		var res RevokeCouponResult
-		err := workflow.ExecuteActivity(compensationOptions(ctx), ActivityRevokeCoupon,
-			RevokeCouponInput{CouponID: is.in.CouponID}).Get(ctx, &res)
-		is.revoked = res.Revoked
-		return err
-	})
-	var reserved ReserveCouponResult
-	err = workflow.ExecuteActivity(databaseOptions(ctx), ActivityReserveCoupon, ReserveCouponInput{
-		CouponID:    is.in.CouponID,
-		TypeID:      is.in.TypeID,
-		UserID:      is.in.UserID,
-		WorkflowID:  info.WorkflowExecution.ID,
-		RunID:       info.WorkflowExecution.RunID,
-		RequestedAt: is.in.RequestedAt,
-	}).Get(ctx, &reserved)
-	if refused, ok := couponRefusalOf(err); ok {
-		// Nothing was taken, so there is nothing to compensate.
-		is.saga.compensations = nil
-		is.state.Refusal = refused.Refusal
-		d := CouponDecision{CouponID: is.in.CouponID, Status: CouponRefused, Refusal: refused.Refusal, Message: refused.Message}
-		if refused.Holder != "" {
-			d.CouponID = refused.Holder
-		}
-		is.decide(ctx, d)
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("reserve coupon: %w", err)
-	}
-	is.state.VendorID = reserved.VendorID
-	upsertCouponAttributes(ctx, is.in.TypeID, reserved.VendorID)
-	is.decide(ctx, CouponDecision{CouponID: is.in.CouponID, Status: CouponIssued})
-
-	issued := Message{Topic: CouponTopic, Key: is.in.TypeID, Event: Event{
-		ID:         EventID(is.in.CouponID, EventCouponIssued),
-		Type:       EventCouponIssued,
-		OccurredAt: workflow.Now(ctx).UTC(),
-		Data:       is.eventData(),
-	}}
-	action, err := publishOrPark(ctx, issued, "", parkingFor(&is.state, is.setStatus))
-	if err != nil {
-		return err
-	}
-	if action == ActionCompensate {
-		return is.fail(ctx)
-	}
-	// coupon.issued is out: nothing is compensated any more.
-	is.saga.compensations = nil
-	return nil
-}
-
-// fail takes the coupon back (if it is still unused), tells downstream and
-// settles the dead letter. Both the operator's compensate and a cancelled
-// run end here; on cancel ctx is disconnected.
-func (is *issue) fail(ctx workflow.Context) error {
-	if err := is.saga.compensate(ctx); err != nil {
-		return fmt.Errorf("compensate coupon %s: %w", is.in.CouponID, err)
-	}
-	if is.decision == nil || is.decision.Status != CouponIssued {
-		// Undecided (cancelled while reserving): any stock taken is back.
-		is.setStatus(ctx, CouponFailed)
-		return nil
-	}
-	if !is.revoked {
-		// The user is already using (or has used) the coupon: it cannot be
-		// taken back, so the operator's compensate drops the event instead.
-		is.setStatus(ctx, CouponIssued)
-		return resolveDeadLetter(ctx, is.state.DeadLetterID, DeadLetterDiscarded)
-	}
-	is.setStatus(ctx, CouponRevoked)
-	revoked := Message{Topic: CouponTopic, Key: is.in.TypeID, Event: Event{
-		ID:         EventID(is.in.CouponID, EventCouponRevoked),
-		Type:       EventCouponRevoked,
-		OccurredAt: workflow.Now(ctx).UTC(),
-		Data:       is.eventData(),
-	}}
-	// Downstream must learn that the coupon was taken back; this publish
-	// retries until Kafka is back rather than dead-lettering again.
-	if err := workflow.ExecuteActivity(compensationOptions(ctx), ActivityPublish,
-		PublishInput{Message: revoked}).Get(ctx, nil); err != nil {
-		return fmt.Errorf("publish %s: %w", revoked.Event.ID, err)
-	}
-	return resolveDeadLetter(ctx, is.state.DeadLetterID, DeadLetterCompensated)
-}
-
-func (is *issue) eventData() map[string]any {
-	return map[string]any{
-		"coupon_id":      is.in.CouponID,
-		"coupon_type_id": is.in.TypeID,
-		"vendor_id":      is.state.VendorID,
-		"user_id":        is.in.UserID,
-	}
-}
-
-// ---- UseCoupon ----
-
 // useAttempt is one attempt to use the coupon: the request that started it
 // and every request of the same user that arrived while it was queued or in
 // flight (a double click, a client retry) share its outcome.
@@ -276,8 +45,8 @@ func (a *useAttempt) finish(d CouponDecision) {
 
 // use is one run of the use saga.
 type use struct {
+	claim[CouponState, CouponDecision]
 	in        UseCouponInput
-	state     CouponState
 	setStatus func(workflow.Context, CouponStatus)
 	// attempts in arrival order; the run works through them one at a time.
 	attempts []*useAttempt
@@ -316,7 +85,8 @@ type use struct {
 // even if cancelled, and an operator's compensate of a dead-lettered
 // coupon.used drops the event (a payout cannot be taken back).
 func UseCoupon(ctx workflow.Context, in UseCouponInput) (CouponState, error) {
-	u := &use{in: in, state: CouponState{CouponID: in.CouponID, UserID: in.Request.UserID, Status: CouponPending}}
+	u := &use{in: in}
+	u.state = CouponState{CouponID: in.CouponID, UserID: in.Request.UserID, Status: CouponPending}
 	u.setStatus = couponStatusSetter(&u.state)
 	u.attempts = []*useAttempt{{req: in.Request}}
 	if err := u.registerHandlers(ctx); err != nil {
@@ -350,15 +120,17 @@ func UseCoupon(ctx workflow.Context, in UseCouponInput) (CouponState, error) {
 			u.setStatus(ctx, CouponFailed)
 		}
 	}
-	awaitHandlers(ctx)
+	// Each attempt answers its own callers, so the run has no one decision.
+	u.end(ctx, err, nil)
 	return u.state, err
 }
 
+// registerHandlers registers the claim's status query and a decision update
+// of its own: every request to use the coupon carries its UseRequest and is
+// answered by the attempt it joins.
 func (u *use) registerHandlers(ctx workflow.Context) error {
-	if err := workflow.SetQueryHandler(ctx, QueryStatus, func() (CouponState, error) {
-		return u.state, nil
-	}); err != nil {
-		return fmt.Errorf("register status query: %w", err)
+	if err := u.register(ctx, nil); err != nil {
+		return err
 	}
 	return workflow.SetUpdateHandler(ctx, UpdateDecision, func(ctx workflow.Context, req UseRequest) (CouponDecision, error) {
 		a := u.attach(req)
@@ -367,7 +139,7 @@ func (u *use) registerHandlers(ctx workflow.Context) error {
 		}
 		// Every attempt is finished before the run ends, also when it is
 		// cancelled (a cancelled run finishes a use whose payout is in flight).
-		if err := awaitDisconnected(ctx, func() bool { return a.done }); err != nil {
+		if err := awaitAnswer(ctx, func() bool { return a.done }); err != nil {
 			return CouponDecision{}, err
 		}
 		d := a.decision
@@ -419,35 +191,26 @@ func (u *use) attempt(ctx workflow.Context, a *useAttempt) (err error) {
 	u.state.UseID, u.state.UserID, u.state.Refusal, u.state.LastError = a.req.UseID, a.req.UserID, "", ""
 	u.state.Attempts++
 	u.saga = saga{}
-	defer func() {
-		// Cancelled while holding the coupon, before any payout: give it back.
-		if temporal.IsCanceledError(err) && len(u.saga.compensations) > 0 {
-			dctx, cancel := workflow.NewDisconnectedContext(ctx)
-			defer cancel()
-			if cerr := u.saga.compensate(dctx); cerr != nil {
-				err = fmt.Errorf("%w; %w", err, cerr)
-			}
-		}
-	}()
+	// Cancelled while holding the coupon, before any payout: give it back.
+	defer u.saga.unwindIfCancelled(ctx, &err, u.saga.compensate)
 	info := workflow.GetInfo(ctx)
 	key := PayoutKey(u.in.CouponID, a.req.UseID)
 
 	u.saga.add(func(ctx workflow.Context) error {
-		return workflow.ExecuteActivity(compensationOptions(ctx), ActivityUnmarkCouponUsed,
-			UnmarkCouponUsedInput{CouponID: u.in.CouponID, UseID: a.req.UseID}).Get(ctx, nil)
+		return UnmarkCouponUsed.Execute(compensationOptions(ctx),
+			UnmarkCouponUsedInput{CouponID: u.in.CouponID, UseID: a.req.UseID})
 	})
-	var marked MarkCouponUsedResult
-	err = workflow.ExecuteActivity(databaseOptions(ctx), ActivityMarkCouponUsed, MarkCouponUsedInput{
+	marked, err := MarkCouponUsed.Execute(databaseOptions(ctx), MarkCouponUsedInput{
 		CouponID:   u.in.CouponID,
 		UserID:     a.req.UserID,
 		UseID:      a.req.UseID,
 		OrderID:    a.req.OrderID,
 		WorkflowID: info.WorkflowExecution.ID,
 		RunID:      info.WorkflowExecution.RunID,
-	}).Get(ctx, &marked)
-	if refused, ok := couponRefusalOf(err); ok {
+	})
+	if refused, ok := refusalOf(err); ok {
 		// The coupon was not taken, so there is nothing to compensate.
-		u.saga.compensations = nil
+		u.saga.forget()
 		u.state.Refusal = refused.Refusal
 		u.setStatus(ctx, CouponRefused)
 		a.finish(CouponDecision{CouponID: u.in.CouponID, UseID: a.req.UseID, Status: CouponRefused,
@@ -466,19 +229,18 @@ func (u *use) attempt(ctx workflow.Context, a *useAttempt) (err error) {
 	// use unrecorded, nor hand back a coupon whose payout is in flight.
 	dctx, cancel := workflow.NewDisconnectedContext(ctx)
 	defer cancel()
-	var paid PayVendorResult
-	err = workflow.ExecuteActivity(payoutOptions(dctx), ActivityPayVendor, PayVendorInput{
+	paid, err := PayVendor.Execute(payoutOptions(dctx), PayVendorInput{
 		IdempotencyKey: key,
 		CouponID:       u.in.CouponID,
 		UseID:          a.req.UseID,
 		VendorID:       marked.VendorID,
 		AmountCents:    marked.AmountCents,
 		OrderID:        a.req.OrderID,
-	}).Get(dctx, &paid)
+	})
 	if err != nil {
 		refusal := RefusalPayoutFailed
 		message := "the vendor payout did not go through after retries; the coupon is unused and can be used again"
-		if r, ok := couponRefusalOf(err); ok && r.Refusal == RefusalPayoutDeclined {
+		if r, ok := refusalOf(err); ok && r.Refusal == RefusalPayoutDeclined {
 			refusal = RefusalPayoutDeclined
 			message = r.Message + "; the coupon is unused and can be used again"
 		}
@@ -487,9 +249,8 @@ func (u *use) attempt(ctx workflow.Context, a *useAttempt) (err error) {
 	}
 
 	// The vendor is paid: the coupon is used for good.
-	u.saga.compensations = nil
-	var rec RecordPayoutResult
-	if err := workflow.ExecuteActivity(databaseOptions(dctx), ActivityRecordPayout, RecordPayoutInput{
+	u.saga.forget()
+	rec, err := RecordPayout.Execute(databaseOptions(dctx), RecordPayoutInput{
 		IdempotencyKey:   key,
 		CouponID:         u.in.CouponID,
 		UseID:            a.req.UseID,
@@ -499,7 +260,8 @@ func (u *use) attempt(ctx workflow.Context, a *useAttempt) (err error) {
 		OrderID:          a.req.OrderID,
 		WorkflowID:       info.WorkflowExecution.ID,
 		RunID:            info.WorkflowExecution.RunID,
-	}).Get(dctx, &rec); err != nil {
+	})
+	if err != nil {
 		return fmt.Errorf("record payout %s: %w", key, err)
 	}
 	u.state.Payout = &Payout{
@@ -555,8 +317,7 @@ func (u *use) compensate(ctx workflow.Context, a *useAttempt, marked MarkCouponU
 	failed.Event.Data["reason"] = string(refusal)
 	// Downstream must learn that the use failed; this publish retries until
 	// Kafka is back rather than dead-lettering.
-	if err := workflow.ExecuteActivity(compensationOptions(ctx), ActivityPublish,
-		PublishInput{Message: failed}).Get(ctx, nil); err != nil {
+	if err := Publish.Execute(compensationOptions(ctx), PublishInput{Message: failed}); err != nil {
 		return fmt.Errorf("publish %s: %w", failed.Event.ID, err)
 	}
 	return nil

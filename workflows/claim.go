@@ -1,0 +1,130 @@
+package workflows
+
+import (
+	"fmt"
+
+	"go.temporal.io/sdk/workflow"
+)
+
+// Names of the handlers clients and operators use.
+const (
+	// UpdateDecision returns the definitive answer of a claim as soon as it is
+	// decided, while the rest of the saga goes on durably.
+	UpdateDecision = "decision"
+	// QueryStatus returns the run's current state.
+	QueryStatus = "status"
+)
+
+// claim is the scaffold every claimflow workflow is built on, so that each
+// answers its callers the same way:
+//
+//   - the status query returns state (S);
+//   - the decision update waits until the run decided (D) and answers it;
+//     a run that ends without deciding answers undecided, never nothing;
+//   - every update handler drains before the run returns.
+//
+// The run keeps its ClaimStatus search attribute in step with its status
+// through upsertClaimStatus.
+//
+// Handler rule, decided here once: a caller waits for its answer, and the
+// run for its callers, on a disconnected context. An operator's cancel must
+// not leave a caller without an answer: a cancelled run still decides (its
+// compensation runs, then "undecided" at the latest), and the caller hears
+// that decision rather than a cancellation of its update.
+type claim[S, D any] struct {
+	state    S
+	decision *D
+	// answered counts decision requests: the first is the claim itself, any
+	// later one is a second claim of the same thing by the same caller.
+	answered int
+	// onDecide mirrors a decision into the state and ClaimStatus; nil when
+	// the workflow keeps its status itself.
+	onDecide func(workflow.Context, D)
+}
+
+// register registers the status query and, when answer is not nil, the
+// decision update, which answers answer(decision, first) once decided.
+func (c *claim[S, D]) register(ctx workflow.Context, answer func(d D, first bool) D) error {
+	if err := workflow.SetQueryHandler(ctx, QueryStatus, func() (S, error) {
+		return c.state, nil
+	}); err != nil {
+		return fmt.Errorf("register status query: %w", err)
+	}
+	if answer == nil {
+		return nil
+	}
+	if err := workflow.SetUpdateHandler(ctx, UpdateDecision, func(ctx workflow.Context) (D, error) {
+		c.answered++
+		first := c.answered == 1
+		if err := awaitAnswer(ctx, func() bool { return c.decision != nil }); err != nil {
+			var none D
+			return none, err
+		}
+		return answer(*c.decision, first), nil
+	}); err != nil {
+		return fmt.Errorf("register decision update: %w", err)
+	}
+	return nil
+}
+
+// same answers every request with the decision as it is.
+func same[D any](d D, _ bool) D { return d }
+
+func (c *claim[S, D]) decided() bool { return c.decision != nil }
+
+// decide records the decision every waiting and later request is answered.
+func (c *claim[S, D]) decide(ctx workflow.Context, d D) {
+	c.decision = &d
+	if c.onDecide != nil {
+		c.onDecide(ctx, d)
+	}
+}
+
+// end closes a run: one that ends without a decision (a fault that is not
+// a refusal, or an operator's cancel) decides undecided(err), so callers
+// waiting on it hear so; then every handler drains. undecided may be nil for
+// a workflow without a decision.
+func (c *claim[S, D]) end(ctx workflow.Context, err error, undecided func(error) D) {
+	if c.decision == nil && undecided != nil {
+		c.decide(ctx, undecided(err))
+	}
+	drainHandlers(ctx)
+}
+
+// awaitAnswer blocks an update handler until ready; on a disconnected
+// context, so that a cancelled run still answers with its decision.
+func awaitAnswer(ctx workflow.Context, ready func() bool) error {
+	dctx, cancel := workflow.NewDisconnectedContext(ctx)
+	defer cancel()
+	return workflow.Await(dctx, ready)
+}
+
+// drainHandlers lets every waiting caller have its answer before the run
+// closes, also when the run was cancelled.
+func drainHandlers(ctx workflow.Context) {
+	_ = awaitAnswer(ctx, func() bool { return workflow.AllHandlersFinished(ctx) })
+}
+
+// upsertClaimStatus mirrors a run's status into ClaimStatus, so operators
+// can filter runs by it. A failed upsert only makes the UI filter stale; it
+// must not fail the saga.
+func upsertClaimStatus(ctx workflow.Context, value string) {
+	if err := workflow.UpsertTypedSearchAttributes(ctx, SearchClaimStatus.ValueSet(value)); err != nil {
+		workflow.GetLogger(ctx).Warn("upsert ClaimStatus failed", "error", err)
+	}
+}
+
+// undecidedMessage says why a run ended without a decision.
+func undecidedMessage(err error) string {
+	msg := "the claim ended without a decision"
+	if err != nil {
+		msg += ": " + err.Error()
+	}
+	return msg
+}
+
+// undecided is the answer of an enrollment claim whose run ended without a
+// decision.
+func undecided(id string, err error) Decision {
+	return Decision{EnrollmentID: id, Status: StatusFailed, Message: undecidedMessage(err)}
+}
