@@ -146,7 +146,12 @@ func runBatch(ctx workflow.Context, in EnrollmentBatchInput, state *BatchState, 
 		return nil
 	}
 
-	occurredAt := workflow.Now(ctx).UTC()
+	// The run's start time, not workflow.Now: if a worker dies after the
+	// fast path's local publish but before the workflow task completes, the
+	// task runs again with a later clock, and the copy it publishes must
+	// carry the same payload as the first (copies share event_id and
+	// payload; docs/testing.md, "The delivery guarantee").
+	occurredAt := workflow.GetInfo(ctx).WorkflowStartTime.UTC()
 	publish := PublishBatchInput{}
 	for _, c := range granted {
 		publish.Messages = append(publish.Messages, Message{Topic: EnrollmentTopic, Key: c.CourseID, Event: Event{
