@@ -1,0 +1,355 @@
+package main
+
+// The recorder of workflows/testdata: it drives every workflow path in use
+// through the API of a real stack (Temporal dev server, kfake or Apache
+// Kafka, PostgreSQL, the payout and notification simulators), waits for each
+// run to close, and writes its history as `temporal workflow show --output
+// json` does. workflows/replay_test.go replays them in every `go test`.
+//
+//	RECORD_HISTORIES=1 go test -count=1 -run '^TestRecordHistories$' ./cmd/claimflow/
+//
+// or scripts/record-histories; docs/replay.md says when to.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	historypb "go.temporal.io/api/history/v1"
+	"go.temporal.io/api/workflowservice/v1"
+	temporallog "go.temporal.io/sdk/log"
+	sdkworker "go.temporal.io/sdk/worker"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/claimflow/claimflow/deploy/notifysim"
+	"github.com/claimflow/claimflow/deploy/payoutsim"
+	"github.com/claimflow/claimflow/worker"
+	"github.com/claimflow/claimflow/workflows"
+)
+
+// recordDir is where the histories go, relative to this package.
+var recordDir = filepath.Join("..", "..", "workflows", "testdata")
+
+// historyRecorder waits for runs to close and writes their histories.
+type historyRecorder struct {
+	t        *testing.T
+	s        *stack
+	replayer sdkworker.WorkflowReplayer
+	written  []string
+}
+
+// closed waits until the run (the latest one of the workflow ID when runID
+// is "") is closed and returns it with its run ID.
+func (r *historyRecorder) closed(workflowID, runID string) runRef {
+	r.t.Helper()
+	ref := runRef{WorkflowID: workflowID, RunID: runID}
+	waitFor(r.t, 2*time.Minute, "run "+ref.String()+" closed", func() bool {
+		d, err := r.s.Client.DescribeWorkflowExecution(context.Background(), workflowID, runID)
+		if err != nil {
+			return false // not started yet
+		}
+		info := d.WorkflowExecutionInfo
+		if info.Status == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+			return false
+		}
+		ref.RunID = info.Execution.RunId
+		return true
+	})
+	return ref
+}
+
+// record waits for the run to close, checks that its history replays
+// against this build, and writes it to workflows/testdata/<name>.json.
+func (r *historyRecorder) record(name, workflowID, runID string) {
+	r.t.Helper()
+	ref := r.closed(workflowID, runID)
+	h, err := fetchHistory(context.Background(), r.s.Client, ref)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	last := h.Events[len(h.Events)-1].EventType
+	if last != enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED {
+		r.t.Fatalf("%s: run %s ended with %s, want a completed run", name, ref, last)
+	}
+	quiet := temporallog.NewStructuredLogger(slog.New(slog.NewTextHandler(testWriter{r.t}, &slog.HandlerOptions{Level: slog.LevelError})))
+	if err := r.replayer.ReplayWorkflowHistory(quiet, h); err != nil {
+		r.t.Fatalf("%s: the history of %s does not replay against this build: %v", name, ref, err)
+	}
+	b, err := historyJSON(h)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	file := filepath.Join(recordDir, name+".json")
+	if err := os.WriteFile(file, b, 0o644); err != nil {
+		r.t.Fatal(err)
+	}
+	r.written = append(r.written, name)
+	r.t.Logf("recorded %-50s %s (%d events)", file, ref, len(h.Events))
+}
+
+// historyJSON writes a history the way `temporal workflow show --output
+// json` does (protojson: camelCase fields, int64 as strings, long enum
+// names, base64 payload data), indented by two spaces so that a re-recorded
+// fixture diffs line by line. client.HistoryFromJSON reads it back.
+func historyJSON(h *historypb.History) ([]byte, error) {
+	raw, err := protojson.Marshal(h)
+	if err != nil {
+		return nil, err
+	}
+	var out bytes.Buffer
+	if err := json.Indent(&out, raw, "", "  "); err != nil {
+		return nil, err
+	}
+	out.WriteByte('\n')
+	return out.Bytes(), nil
+}
+
+// openDeadLetter waits for the one open dead letter that match accepts.
+func openDeadLetter(t *testing.T, c *apiClient, what string, match func(d map[string]any) bool) map[string]any {
+	t.Helper()
+	var found map[string]any
+	waitFor(t, 90*time.Second, "dead letter of "+what, func() bool {
+		_, body, _ := c.do("GET", "/v1/dead-letters?status=open&limit=1000", nil)
+		items, _ := body["dead_letters"].([]any)
+		for _, it := range items {
+			if d := it.(map[string]any); match(d) {
+				found = d
+				return true
+			}
+		}
+		return false
+	})
+	return found
+}
+
+func TestRecordHistories(t *testing.T) {
+	if os.Getenv("RECORD_HISTORIES") != "1" {
+		t.Skip("records workflows/testdata from a real stack; run with RECORD_HISTORIES=1 (scripts/record-histories)")
+	}
+	// A short payout timeout keeps the lost-answer path quick, as in TestCoupons.
+	t.Setenv("PAYOUT_TIMEOUT", "2s")
+	s := testStack(t, dataDir(t))
+	if s.Config.EnrollMode != "batch" {
+		t.Fatalf("the stack runs ENROLL_MODE=%s; the recorder needs the default, batch", s.Config.EnrollMode)
+	}
+	if s.Payout == nil || s.Notify == nil {
+		t.Fatal("the recorder needs the stack's payout and notification simulators (unset VENDOR_PAYOUT_URL and NOTIFY_WEBHOOK_URL)")
+	}
+	replayer := sdkworker.NewWorkflowReplayer()
+	worker.RegisterWorkflows(replayer)
+	rec := &historyRecorder{t: t, s: s, replayer: replayer}
+	c := newAPIClient(t, s)
+	single := apiInMode(t, s, c, "single")
+	// IDs unique to this recording, for a real Kafka broker shared between runs.
+	run := fmt.Sprintf("%d", time.Now().UnixNano()%1_000_000)
+	course := "rec-" + run
+	c.must("POST", "/v1/courses", map[string]any{"id": course, "title": "Recorded", "capacity": 100}, http.StatusCreated)
+	enroll := func(api *apiClient, course, student string, want int) map[string]any {
+		t.Helper()
+		return api.must("POST", "/v1/courses/"+course+"/enrollments", map[string]any{"student_id": student + "-" + run}, want)
+	}
+	wantStatus := func(what string, got map[string]any, status string) {
+		t.Helper()
+		if got["status"] != status {
+			t.Fatalf("%s answered %v, want status %s", what, got, status)
+		}
+	}
+
+	// Enrollments with the broker up. Every batch takes the fast path.
+	fast := enroll(c, course, "fast", http.StatusCreated)
+	wantStatus("a batch enrollment", fast, "confirmed")
+	rec.record("enrollment_batch_fast_path", fast["workflow_id"].(string), fast["run_id"].(string))
+
+	full := "full-" + run
+	c.must("POST", "/v1/courses", map[string]any{"id": full, "title": "Full", "capacity": 1}, http.StatusCreated)
+	enroll(c, full, "first", http.StatusCreated)
+	if got := enroll(c, full, "refused", http.StatusConflict); errorCode(got) != "course_full" {
+		t.Fatalf("enrollment in a full course answered %v", got)
+	}
+	var refused []runRef
+	waitFor(t, 30*time.Second, "the batch run that refused", func() bool {
+		var err error
+		refused, err = listRuns(context.Background(), s.Client, s.Config.Namespace,
+			fmt.Sprintf("WorkflowType = 'EnrollmentBatch' AND StudentId = 'refused-%s'", run), 2)
+		return err == nil && len(refused) == 1
+	})
+	rec.record("enrollment_batch_refused", refused[0].WorkflowID, refused[0].RunID)
+
+	one := enroll(single, course, "single", http.StatusCreated)
+	rec.record("enrollment_confirmed", one["workflow_id"].(string), one["run_id"].(string))
+	if got := enroll(single, full, "single-refused", http.StatusConflict); errorCode(got) != "course_full" {
+		t.Fatalf("single enrollment in a full course answered %v", got)
+	}
+	rec.record("enrollment_course_full", workflows.EnrollmentWorkflowID(full, "single-refused-"+run), "")
+
+	toCancel := c.must("POST", "/v1/courses/"+course+"/enrollments?wait=confirmed",
+		map[string]any{"student_id": "cancel-" + run}, http.StatusCreated)
+	wantStatus("an enrollment waited for", toCancel, "confirmed")
+	cancelled := c.must("DELETE", "/v1/enrollments/"+toCancel["id"].(string), nil, http.StatusOK)
+	wantStatus("a cancellation", cancelled, "cancelled")
+	rec.record("cancellation_cancelled", workflows.CancellationWorkflowID(toCancel["id"].(string)), "")
+
+	// The durable path: the fast path's one send fails, the batch answers
+	// "reserved", and the broker is back before the publish policy is spent.
+	removeFault := failProduces(t, s, workflows.EnrollmentTopic)
+	durable := enroll(c, course, "durable", http.StatusCreated)
+	removeFault()
+	wantStatus("a batch enrollment while the broker refuses writes", durable, "reserved")
+	rec.record("enrollment_batch_durable_path", durable["workflow_id"].(string), durable["run_id"].(string))
+	if got := c.must("GET", "/v1/enrollments/"+durable["id"].(string), nil, http.StatusOK); got["status"] != "confirmed" {
+		t.Fatalf("enrollment of the durable path: %v", got)
+	}
+
+	// The broker refuses writes until every publish policy is spent: two
+	// batches hand their enrollment to a run of its own, two single runs
+	// dead-letter their own; one of each is retried, one compensated.
+	removeFault = failProduces(t, s, workflows.EnrollmentTopic)
+	parked := map[string]map[string]any{}
+	for _, p := range []struct {
+		api  *apiClient
+		name string
+	}{{c, "handoff-retry"}, {c, "handoff-compensate"}, {single, "single-retry"}, {single, "single-compensate"}} {
+		e := enroll(p.api, course, p.name, http.StatusCreated)
+		wantStatus(p.name, e, "reserved")
+		parked[p.name] = e
+	}
+	deadLetters := map[string]map[string]any{}
+	for name, e := range parked {
+		deadLetters[name] = waitDeadLetter(t, c, e["id"].(string))
+	}
+	removeFault()
+	for name, dl := range deadLetters {
+		action := "retry"
+		if strings.HasSuffix(name, "compensate") {
+			action = "compensate"
+		}
+		c.must("POST", fmt.Sprintf("/v1/dead-letters/%v/%s", dl["id"], action), nil, http.StatusAccepted)
+	}
+	rec.record("enrollment_batch_handed_off", parked["handoff-retry"]["workflow_id"].(string), parked["handoff-retry"]["run_id"].(string))
+	for name, file := range map[string]string{
+		"handoff-retry":      "enrollment_handed_off_dead_letter_retried",
+		"handoff-compensate": "enrollment_handed_off_dead_letter_compensated",
+		"single-retry":       "enrollment_dead_letter_retried",
+		"single-compensate":  "enrollment_dead_letter_compensated",
+	} {
+		dl := deadLetters[name]
+		rec.record(file, dl["workflow_id"].(string), dl["run_id"].(string))
+		want := "confirmed"
+		if strings.HasSuffix(name, "compensate") {
+			want = "failed"
+		}
+		if got := c.must("GET", "/v1/enrollments/"+parked[name]["id"].(string), nil, http.StatusOK); got["status"] != want {
+			t.Fatalf("%s after the operator's decision: %v, want %s", name, got, want)
+		}
+	}
+
+	// Coupons: issue, use, and each way a use can end.
+	vendorID := "rec-" + run
+	c.must("POST", "/v1/vendors", map[string]any{"id": vendorID, "name": "Recorded Vendor"}, http.StatusCreated)
+	typeID := "rec-" + run
+	c.must("POST", "/v1/coupon-types", map[string]any{"id": typeID, "vendor_id": vendorID, "name": "recorded",
+		"stock": 50, "payout_cents": 250}, http.StatusCreated)
+	issued := 0
+	issue := func(user string) string {
+		t.Helper()
+		k := c.must("POST", "/v1/coupon-types/"+typeID+"/coupons", map[string]any{"user_id": user}, http.StatusCreated)
+		// The issue run publishes coupon.issued after it answered: it must
+		// be out before a fault on the coupon topic meets it.
+		if issued++; issued == 1 {
+			rec.record("coupon_issue_issued", k["workflow_id"].(string), k["run_id"].(string))
+		} else {
+			rec.closed(k["workflow_id"].(string), k["run_id"].(string))
+		}
+		return k["id"].(string)
+	}
+	use := func(couponID, user string, want int) map[string]any {
+		t.Helper()
+		return c.must("POST", "/v1/coupons/"+couponID+"/use", map[string]any{"user_id": user}, want)
+	}
+	uses := []struct {
+		file  string
+		mode  payoutsim.Mode
+		count int
+		want  int
+		code  string
+	}{
+		{"coupon_use_used", payoutsim.Accept, 0, http.StatusOK, ""},
+		{"coupon_use_payout_declined", payoutsim.Decline, 1, http.StatusPaymentRequired, "payout_declined"},
+		{"coupon_use_5xx_retried", payoutsim.Fail, 2, http.StatusOK, ""},
+		{"coupon_use_response_lost", payoutsim.TimeoutAfterProcessing, 1, http.StatusOK, ""},
+		{"coupon_use_payout_failed", payoutsim.Fail, 4, http.StatusBadGateway, "payout_failed"},
+	}
+	for _, u := range uses {
+		user := strings.TrimPrefix(u.file, "coupon_use_")
+		couponID := issue(user)
+		setPayoutMode(t, s, u.mode, u.count)
+		got := use(couponID, user, u.want)
+		if errorCode(got) != u.code {
+			t.Fatalf("%s: use answered %v", u.file, got)
+		}
+		rec.record(u.file, workflows.UseCouponWorkflowID(couponID), "")
+	}
+	setPayoutMode(t, s, payoutsim.Accept, 0)
+	notMine := issue("owner")
+	if got := use(notMine, "not-the-owner", http.StatusForbidden); errorCode(got) != "not_owner" {
+		t.Fatalf("another user's use answered %v", got)
+	}
+	rec.record("coupon_use_not_owner", workflows.UseCouponWorkflowID(notMine), "")
+
+	couponID := issue("dead-letter")
+	removeFault = failProduces(t, s, workflows.CouponTopic)
+	got := use(couponID, "dead-letter", http.StatusOK)
+	eventID := workflows.EventID(got["payout"].(map[string]any)["idempotency_key"].(string), workflows.EventCouponUsed)
+	dl := openDeadLetter(t, c, eventID, func(d map[string]any) bool { return d["event_id"] == eventID })
+	removeFault()
+	c.must("POST", fmt.Sprintf("/v1/dead-letters/%v/retry", dl["id"]), nil, http.StatusAccepted)
+	rec.record("coupon_use_dead_letter_retried", dl["workflow_id"].(string), dl["run_id"].(string))
+
+	// DeliverEvent, on a topic of its own read by a consumer of its own so
+	// that the stack's consumer does not interfere: one event the webhook
+	// refuses twice (delivered by the run within its policy), two it refuses
+	// until the operator acts (one retried, one discarded).
+	topic := consumerTopic(t, s, "record", 1)
+	events := testEvents("rec-"+run, 3, 3)
+	startTestConsumer(t, s, topic, topic+".group", 0)
+	setSink(t, s, notifysim.Setting{Mode: notifysim.Failing, EventIDs: []string{events[0].Event.ID}, Attempts: 2})
+	produce(t, s, topic, events[:1])
+	rec.record("deliver_event_delivered", workflows.DeliverEventWorkflowID(events[0].Event.ID), "")
+
+	setSink(t, s, notifysim.Setting{Mode: notifysim.Failing, EventIDs: []string{events[1].Event.ID, events[2].Event.ID}})
+	produce(t, s, topic, events[1:])
+	parkedEvents := map[string]map[string]any{}
+	for _, e := range events[1:] {
+		id := e.Event.ID
+		parkedEvents[id] = openDeadLetter(t, c, id, func(d map[string]any) bool { return d["event_id"] == id && d["stage"] == "consume" })
+	}
+	setSink(t, s, notifysim.Setting{Mode: notifysim.Healthy})
+	c.must("POST", fmt.Sprintf("/v1/dead-letters/%v/retry", parkedEvents[events[1].Event.ID]["id"]), nil, http.StatusAccepted)
+	c.must("POST", fmt.Sprintf("/v1/dead-letters/%v/compensate", parkedEvents[events[2].Event.ID]["id"]), nil, http.StatusAccepted)
+	rec.record("deliver_event_dead_letter_retried", workflows.DeliverEventWorkflowID(events[1].Event.ID), "")
+	rec.record("deliver_event_dead_letter_discarded", workflows.DeliverEventWorkflowID(events[2].Event.ID), "")
+
+	// Nothing was left parked: every run the recording started is closed.
+	waitFor(t, time.Minute, "every run closed", heldFor(time.Second, func() bool {
+		resp, err := s.Client.CountWorkflow(context.Background(), &workflowservice.CountWorkflowExecutionsRequest{
+			Namespace: s.Config.Namespace, Query: "ExecutionStatus = 'Running'",
+		})
+		return err == nil && resp.Count == 0
+	}))
+
+	// The helper the integration tests' cleanups call replays every run
+	// this recording left, fixtures or not.
+	if n := replayRunsOf(t, s, ""); n < len(rec.written) {
+		t.Errorf("replayRunsOf replayed %d closed runs; the recorder alone closed %d", n, len(rec.written))
+	}
+	t.Logf("recorded %d histories in %s: %s", len(rec.written), recordDir, strings.Join(rec.written, ", "))
+}
