@@ -15,16 +15,17 @@ import (
 // vendor before holding the coupon is a different program, and every
 // recorded use history that got past the hold must say so.
 func TestCouponReplayDetectsAChangedStepOrder(t *testing.T) {
-	files, err := filepath.Glob(filepath.Join("testdata", "coupon_use_*.json"))
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no coupon use histories in testdata/: %v", err)
+	uses := fixturesOf("UseCoupon")
+	if len(uses) == 0 {
+		t.Fatal("no coupon use histories in the fixtures table")
 	}
 	payFirst := func(ctx workflow.Context, in workflows.UseCouponInput) (workflows.CouponState, error) {
 		ctx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: 10e9})
 		err := workflow.ExecuteActivity(ctx, workflows.PayVendor.Name, workflows.PayVendorInput{}).Get(ctx, nil)
 		return workflows.CouponState{}, err
 	}
-	for _, file := range files {
+	for _, f := range uses {
+		file := filepath.Join("testdata", f.file)
 		r := worker.NewWorkflowReplayer()
 		r.RegisterWorkflowWithOptions(payFirst, workflow.RegisterOptions{Name: "UseCoupon"})
 		err := r.ReplayWorkflowHistoryFromJSONFile(quiet, file)

@@ -1,14 +1,17 @@
 package workflows_test
 
 import (
+	"bytes"
 	"errors"
 	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
+	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
@@ -19,29 +22,200 @@ import (
 // quiet keeps the replayer's expected panics out of the test output.
 var quiet = log.NewStructuredLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))
 
+// fixture is one recorded history in testdata/ and the path it covers.
+type fixture struct {
+	file     string // in testdata/
+	workflow string // the workflow type of the run
+	path     string // what the run did
+	// earlier is set on histories of an earlier build that
+	// scripts/record-histories does not write: they stay as recorded, so
+	// that the current code is held to replay runs started before it.
+	earlier string
+}
+
+// fixtures lists every history in testdata/. scripts/record-histories
+// (TestRecordHistories in cmd/claimflow) writes all but the earlier ones
+// from a real stack; docs/replay.md says when to re-record.
+var fixtures = []fixture{
+	// Enrollment by group commit, the API's default (ENROLL_MODE=batch).
+	{file: "enrollment_batch_fast_path.json", workflow: "EnrollmentBatch",
+		path: "fast path: seat reserved, event published and enrollment confirmed in the first workflow task, answered confirmed"},
+	{file: "enrollment_batch_refused.json", workflow: "EnrollmentBatch",
+		path: "every claim of the batch refused (course_full): nothing to publish"},
+	{file: "enrollment_batch_durable_path.json", workflow: "EnrollmentBatch",
+		path: "durable path: the fast path's send failed, answered reserved, PublishBatch retried until the broker was back, then confirmed"},
+	{file: "enrollment_batch_handed_off.json", workflow: "EnrollmentBatch",
+		path: "durable path spent its publish policy: each enrollment handed off to an Enrollment run of its own (child, abandoned)"},
+	{file: "enrollment_batch_confirmed.json", workflow: "EnrollmentBatch",
+		path:    "answer-first batch (no ConfirmBeforeAnswer): answered reserved, PublishBatch, then confirmed",
+		earlier: "recorded before the fast path existed; runs started then replay on the path they took"},
+	{file: "enrollment_handed_off_dead_letter_retried.json", workflow: "Enrollment",
+		path: "handed-off enrollment (Reserved): publish dead-lettered, operator retry, published and confirmed"},
+	{file: "enrollment_handed_off_dead_letter_compensated.json", workflow: "Enrollment",
+		path: "handed-off enrollment (Reserved): publish dead-lettered, operator compensate, seat released, enrollment.failed published"},
+	// Enrollment run per request (ENROLL_MODE=single).
+	{file: "enrollment_confirmed.json", workflow: "Enrollment",
+		path: "seat reserved, answered reserved, event published, confirmed"},
+	{file: "enrollment_course_full.json", workflow: "Enrollment",
+		path: "refused course_full: nothing reserved, nothing published"},
+	{file: "enrollment_dead_letter_retried.json", workflow: "Enrollment",
+		path: "seat reserved, publish dead-lettered, operator retry, published and confirmed"},
+	{file: "enrollment_dead_letter_compensated.json", workflow: "Enrollment",
+		path: "seat reserved, publish dead-lettered, operator compensate, seat released, enrollment.failed published"},
+	{file: "cancellation_cancelled.json", workflow: "Cancellation",
+		path: "a confirmed enrollment cancelled: seat released, enrollment.cancelled published"},
+	// Coupons.
+	{file: "coupon_issue_issued.json", workflow: "IssueCoupon",
+		path: "coupon reserved from the stock, answered issued, coupon.issued published"},
+	{file: "coupon_issue_sold_out.json", workflow: "IssueCoupon",
+		path:    "refused sold_out by the run",
+		earlier: "the API now answers sold-out claims from the database; a run refuses only a claim racing the last coupon"},
+	{file: "coupon_use_used.json", workflow: "UseCoupon",
+		path: "coupon held, vendor paid, payout recorded, coupon.used published"},
+	{file: "coupon_use_payout_declined.json", workflow: "UseCoupon",
+		path: "payout declined (402): compensated, coupon unheld, coupon.use_failed published"},
+	{file: "coupon_use_payout_failed.json", workflow: "UseCoupon",
+		path: "payout 503 on every attempt of its policy: compensated (payout_failed), coupon.use_failed published"},
+	{file: "coupon_use_5xx_retried.json", workflow: "UseCoupon",
+		path: "payout 503 twice, paid on the third attempt under the same key"},
+	{file: "coupon_use_response_lost.json", workflow: "UseCoupon",
+		path: "payout processed but its answer lost (client timeout), retried under the same key and paid once"},
+	{file: "coupon_use_not_owner.json", workflow: "UseCoupon",
+		path: "refused not_owner: MarkCouponUsed found another owner, nothing held or paid"},
+	{file: "coupon_use_dead_letter_retried.json", workflow: "UseCoupon",
+		path: "paid, coupon.used dead-lettered, operator retry, published"},
+	{file: "coupon_use_already_used.json", workflow: "UseCoupon",
+		path:    "refused already_used by the run",
+		earlier: "the API now answers uses of a used coupon from the database"},
+	{file: "coupon_use_concurrent.json", workflow: "UseCoupon",
+		path:    "ten concurrent uses joined one run: one used, the others answered already_used by its update handler",
+		earlier: "the API now lets uses of one coupon take turns, so a run meets one update"},
+	// The consumer's durable path.
+	{file: "deliver_event_delivered.json", workflow: "DeliverEvent",
+		path: "inline attempt failed; delivered by the run within its retry policy, never parked"},
+	{file: "deliver_event_dead_letter_retried.json", workflow: "DeliverEvent",
+		path: "retry policy spent: dead-lettered, operator retry, delivered"},
+	{file: "deliver_event_dead_letter_discarded.json", workflow: "DeliverEvent",
+		path: "retry policy spent: dead-lettered, operator compensate, discarded (never delivered)"},
+}
+
+// newReplayer registers every workflow as the worker does.
+func newReplayer() worker.WorkflowReplayer {
+	r := worker.NewWorkflowReplayer()
+	r.RegisterWorkflow(workflows.Enrollment)
+	r.RegisterWorkflow(workflows.Cancellation)
+	r.RegisterWorkflow(workflows.EnrollmentBatch)
+	r.RegisterWorkflow(workflows.IssueCoupon)
+	r.RegisterWorkflow(workflows.UseCoupon)
+	r.RegisterWorkflow(workflows.DeliverEvent)
+	return r
+}
+
+// fixturesOf lists the fixtures of the given workflow types.
+func fixturesOf(types ...string) []fixture {
+	var out []fixture
+	for _, f := range fixtures {
+		if slices.Contains(types, f.workflow) {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
 // Histories in testdata/ were recorded from the real Temporal dev server
-// (`temporal workflow show --output json`). Replaying them against the
-// current code fails when a change would break runs already in flight.
+// (scripts/record-histories, or `temporal workflow show --output json` for
+// the earlier ones). Replaying them against the current code fails when a
+// change would break runs already in flight.
 func TestReplayRecordedHistories(t *testing.T) {
+	for _, f := range fixtures {
+		t.Run(strings.TrimSuffix(f.file, ".json"), func(t *testing.T) {
+			file := filepath.Join("testdata", f.file)
+			h, err := client.HistoryFromJSON(mustOpen(t, file), client.HistoryJSONOptions{})
+			if err != nil {
+				t.Fatalf("load %s: %v", file, err)
+			}
+			started := h.Events[0].GetWorkflowExecutionStartedEventAttributes()
+			if got := started.GetWorkflowType().GetName(); got != f.workflow {
+				t.Fatalf("%s is a %s run; the table says %s", file, got, f.workflow)
+			}
+			if err := newReplayer().ReplayWorkflowHistoryFromJSONFile(quiet, file); err != nil {
+				t.Fatalf("replay %s (%s): %v", file, f.path, err)
+			}
+		})
+	}
+}
+
+func mustOpen(t *testing.T, file string) io.Reader {
+	t.Helper()
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bytes.NewReader(b)
+}
+
+// Every history in testdata/ is in the table, so each is replayed and
+// documented, and every entry of the table has its file.
+func TestEveryFixtureIsInTheTable(t *testing.T) {
 	files, err := filepath.Glob(filepath.Join("testdata", "*.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(files) < 3 {
-		t.Fatalf("expected recorded histories in testdata/, found %v", files)
+	listed := map[string]bool{}
+	for _, f := range fixtures {
+		if listed[f.file] {
+			t.Errorf("%s is listed twice", f.file)
+		}
+		listed[f.file] = true
+		if f.path == "" || f.workflow == "" {
+			t.Errorf("%s: say which workflow and path it covers", f.file)
+		}
 	}
 	for _, file := range files {
-		t.Run(filepath.Base(file), func(t *testing.T) {
-			r := worker.NewWorkflowReplayer()
-			r.RegisterWorkflow(workflows.Enrollment)
-			r.RegisterWorkflow(workflows.Cancellation)
-			r.RegisterWorkflow(workflows.EnrollmentBatch)
-			r.RegisterWorkflow(workflows.IssueCoupon)
-			r.RegisterWorkflow(workflows.UseCoupon)
-			if err := r.ReplayWorkflowHistoryFromJSONFile(quiet, file); err != nil {
-				t.Fatalf("replay %s: %v", file, err)
-			}
-		})
+		if !listed[filepath.Base(file)] {
+			t.Errorf("testdata/%s is not in the fixtures table of replay_test.go: add it with the path it covers", filepath.Base(file))
+		}
+		delete(listed, filepath.Base(file))
+	}
+	for file := range listed {
+		t.Errorf("the fixtures table lists %s, which is not in testdata/", file)
+	}
+	// Every registered workflow has at least one history.
+	for _, w := range []string{"Enrollment", "EnrollmentBatch", "Cancellation", "IssueCoupon", "UseCoupon", "DeliverEvent"} {
+		if len(fixturesOf(w)) == 0 {
+			t.Errorf("no fixture replays %s", w)
+		}
+	}
+}
+
+// probe is a different program under any workflow's name: its first command
+// is an activity no workflow schedules.
+func probe[In any](ctx workflow.Context, _ In) error {
+	ctx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: 10e9})
+	return workflow.ExecuteActivity(ctx, "ReplayProbe").Get(ctx, nil)
+}
+
+// Every fixture can fail: replayed against another program of the same
+// name, each is reported non-deterministic, so none passes vacuously (an
+// empty history, a workflow the replayer never reaches).
+func TestEveryFixtureFailsAgainstAnotherProgram(t *testing.T) {
+	r := worker.NewWorkflowReplayer()
+	for name, fn := range map[string]any{
+		"Enrollment":      probe[workflows.EnrollmentInput],
+		"EnrollmentBatch": probe[workflows.EnrollmentBatchInput],
+		"Cancellation":    probe[workflows.CancellationInput],
+		"IssueCoupon":     probe[workflows.IssueCouponInput],
+		"UseCoupon":       probe[workflows.UseCouponInput],
+		"DeliverEvent":    probe[workflows.DeliverEventInput],
+	} {
+		r.RegisterWorkflowWithOptions(fn, workflow.RegisterOptions{Name: name})
+	}
+	for _, f := range fixtures {
+		err := r.ReplayWorkflowHistoryFromJSONFile(quiet, filepath.Join("testdata", f.file))
+		// TMPRL1100 is the SDK's code for a nondeterministic workflow.
+		if err == nil || !strings.Contains(err.Error(), "TMPRL1100") {
+			t.Errorf("replaying %s against another program: got %v, want a nondeterminism error", f.file, err)
+		}
 	}
 }
 
@@ -49,16 +223,17 @@ func TestReplayRecordedHistories(t *testing.T) {
 // reservation is a different program, and every recorded enrollment history
 // must say so.
 func TestReplayDetectsAChangedStepOrder(t *testing.T) {
-	files, err := filepath.Glob(filepath.Join("testdata", "enrollment_*.json"))
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no enrollment histories in testdata/: %v", err)
+	enrollments := fixturesOf("Enrollment", "EnrollmentBatch")
+	if len(enrollments) == 0 {
+		t.Fatal("no enrollment histories in the fixtures table")
 	}
 	changed := func(ctx workflow.Context, in workflows.EnrollmentInput) (workflows.EnrollmentState, error) {
 		ctx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: 10e9})
 		err := workflow.ExecuteActivity(ctx, workflows.MarkConfirmed.Name, in.EnrollmentID).Get(ctx, nil)
 		return workflows.EnrollmentState{}, err
 	}
-	for _, file := range files {
+	for _, f := range enrollments {
+		file := filepath.Join("testdata", f.file)
 		r := worker.NewWorkflowReplayer()
 		r.RegisterWorkflowWithOptions(changed, workflow.RegisterOptions{Name: "Enrollment"})
 		r.RegisterWorkflowWithOptions(changed, workflow.RegisterOptions{Name: "EnrollmentBatch"})
