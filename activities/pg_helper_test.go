@@ -26,7 +26,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.temporal.io/sdk/temporal"
 
-	"github.com/claimflow/claimflow/deploy/devstack"
+	"github.com/claimflow/claimflow/internal/devstack"
 )
 
 // pgRootEnv names a directory under which the cluster's data directory is

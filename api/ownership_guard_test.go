@@ -14,7 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/claimflow/claimflow/activities"
-	"github.com/claimflow/claimflow/deploy/devstack"
+	"github.com/claimflow/claimflow/internal/devstack"
 )
 
 // Cancelling checks the owner the database names, not one the caller sends:

@@ -23,7 +23,7 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/claimflow/claimflow/activities"
-	"github.com/claimflow/claimflow/deploy/notifysim"
+	"github.com/claimflow/claimflow/internal/notifysim"
 	"github.com/claimflow/claimflow/workflows"
 )
 

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/claimflow/claimflow/deploy/notifysim"
+	"github.com/claimflow/claimflow/internal/notifysim"
 	"github.com/claimflow/claimflow/workflows"
 )
 

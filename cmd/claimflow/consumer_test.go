@@ -26,7 +26,7 @@ import (
 	"github.com/IBM/sarama"
 
 	"github.com/claimflow/claimflow/activities"
-	"github.com/claimflow/claimflow/deploy/notifysim"
+	"github.com/claimflow/claimflow/internal/notifysim"
 	"github.com/claimflow/claimflow/workflows"
 )
 

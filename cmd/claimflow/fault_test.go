@@ -36,8 +36,8 @@ import (
 	"github.com/IBM/sarama"
 
 	"github.com/claimflow/claimflow/activities"
-	"github.com/claimflow/claimflow/deploy/devstack"
-	"github.com/claimflow/claimflow/deploy/notifysim"
+	"github.com/claimflow/claimflow/internal/devstack"
+	"github.com/claimflow/claimflow/internal/notifysim"
 	"github.com/claimflow/claimflow/workflows"
 )
 

@@ -29,7 +29,7 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/workflowservice/v1"
 
-	"github.com/claimflow/claimflow/deploy/devstack"
+	"github.com/claimflow/claimflow/internal/devstack"
 	"github.com/claimflow/claimflow/workflows"
 )
 

@@ -14,9 +14,9 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/claimflow/claimflow/activities"
-	"github.com/claimflow/claimflow/deploy/devstack"
-	"github.com/claimflow/claimflow/deploy/notifysim"
-	"github.com/claimflow/claimflow/deploy/payoutsim"
+	"github.com/claimflow/claimflow/internal/devstack"
+	"github.com/claimflow/claimflow/internal/notifysim"
+	"github.com/claimflow/claimflow/internal/payoutsim"
 	"github.com/claimflow/claimflow/workflows"
 )
 

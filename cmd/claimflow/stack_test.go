@@ -27,7 +27,7 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 
 	"github.com/claimflow/claimflow/activities"
-	"github.com/claimflow/claimflow/deploy/devstack"
+	"github.com/claimflow/claimflow/internal/devstack"
 	"github.com/claimflow/claimflow/workflows"
 )
 
