@@ -23,6 +23,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/claimflow/claimflow/internal/audit"
+
 	"github.com/IBM/sarama"
 
 	"github.com/claimflow/claimflow/activities"
@@ -250,9 +252,9 @@ func checkCommittedAreDurable(t *testing.T, s *stack, topic, group string) (comm
 
 // runAuditFor audits one topic against the notifications table and, when
 // the stack runs the simulator, against its ledger of webhook deliveries.
-func runAuditFor(t *testing.T, s *stack, topic, group string) auditReport {
+func runAuditFor(t *testing.T, s *stack, topic, group string) audit.Report {
 	t.Helper()
-	in := auditInput{Kafka: kafkaConfig(s.Config, "claimflow-audit"), Topics: []string{topic},
+	in := audit.Input{Kafka: kafkaConfig(s.Config, "claimflow-audit"), Topics: []string{topic},
 		Group: group, DB: s.Pool, Temporal: s.Client, Show: 10}
 	if s.Notify != nil {
 		in.Webhook = func(_ context.Context, topics []string) ([]notifysim.Delivery, error) {
@@ -263,12 +265,12 @@ func runAuditFor(t *testing.T, s *stack, topic, group string) auditReport {
 			return ds, nil
 		}
 	}
-	r, err := audit(context.Background(), in)
+	r, err := audit.Run(context.Background(), in)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var b strings.Builder
-	r.writeText(&b)
+	r.WriteText(&b)
 	t.Log("\n" + b.String())
 	return r
 }
@@ -680,7 +682,7 @@ func TestConsumerThroughputAndAudit(t *testing.T) {
 				[]string{"-topics", topic, "-group", group, "-json", "-webhook-ledger", s.Notify.URL}, &out); err != nil {
 				t.Fatalf("claimflow audit: %v\n%s", err, out.String())
 			}
-			var cli auditReport
+			var cli audit.Report
 			if err := json.Unmarshal([]byte(out.String()), &cli); err != nil || cli.Delivered != n || !cli.OK() ||
 				cli.Webhook == nil || (sink == "webhook" && cli.Webhook.Effects != n) {
 				t.Fatalf("claimflow audit -json printed %s (%v)", out.String(), err)

@@ -27,6 +27,7 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 
 	"github.com/claimflow/claimflow/activities"
+	appconfig "github.com/claimflow/claimflow/internal/config"
 	"github.com/claimflow/claimflow/internal/devstack"
 	"github.com/claimflow/claimflow/workflows"
 )
@@ -66,7 +67,7 @@ func testStackOptions(t *testing.T, dataDir string) stackOptions {
 
 func startTestStack(t *testing.T, o stackOptions) *stack {
 	t.Helper()
-	cfg, err := loadConfig()
+	cfg, err := appconfig.Load()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +80,7 @@ func startTestStack(t *testing.T, o stackOptions) *stack {
 	if err != nil {
 		t.Fatalf("start stack: %v", err)
 	}
-	t.Logf("stack up in %s: %s", time.Since(began).Round(time.Millisecond), s.readyLine())
+	t.Logf("stack up in %s: %s", time.Since(began).Round(time.Millisecond), s.ReadyLine())
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
@@ -595,7 +596,7 @@ func apiInMode(t *testing.T, s *stack, c *apiClient, mode string) *apiClient {
 	cfg := s.Config
 	cfg.EnrollMode = mode
 	cfg.HTTPAddr = "127.0.0.1:0"
-	svc, err := startAPI(cfg, s.log, s.Pool, s.Client, newTelemetry())
+	svc, err := startAPI(cfg, s.Log, s.Pool, s.Client, newTelemetry())
 	if err != nil {
 		t.Fatalf("start a second API in %s mode: %v", mode, err)
 	}

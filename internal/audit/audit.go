@@ -1,4 +1,9 @@
-package main
+// Package audit checks the delivery guarantee (docs/testing.md, "The
+// delivery guarantee") of consumed topics: it reads every record on the
+// topics, the group's committed offsets, the notifications table and, when
+// there is one, the webhook receiver's ledger, and reports what was lost,
+// duplicated, reordered or is still in flight.
+package audit
 
 import (
 	"cmp"
@@ -6,10 +11,8 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/url"
 	"slices"
@@ -27,12 +30,12 @@ import (
 	"github.com/claimflow/claimflow/workflows"
 )
 
-// auditReport checks the delivery guarantee (docs/testing.md, "The delivery
+// Report is the audit of the delivery guarantee (docs/testing.md, "The delivery
 // guarantee") on consumed topics against the notifications table, and
 // against the webhook receiver's ledger when it has one. Every distinct
 // event ID on the topics lands in exactly one of delivered, in_retry,
 // dead_lettered, discarded, not_yet_consumed and lost.
-type auditReport struct {
+type Report struct {
 	Topics        []string `json:"topics"`
 	MissingTopics []string `json:"missing_topics,omitempty"`
 	Group         string   `json:"group"`
@@ -93,12 +96,13 @@ type auditReport struct {
 // event identical, no row without an event, inline deliveries in key order.
 // Redelivered copies and webhook re-sends are the guarantee working, not a
 // fault.
-func (r auditReport) OK() bool {
+func (r Report) OK() bool {
 	return r.Lost == 0 && r.DuplicateEffects == 0 && r.PayloadMismatches == 0 && r.ClaimDuplicates == 0 &&
 		r.Orphans == 0 && r.LateInline == 0 && (r.Webhook == nil || r.Webhook.OK())
 }
 
-type auditInput struct {
+// Input is what Run reads.
+type Input struct {
 	Kafka  activities.KafkaConfig
 	Topics []string
 	Group  string
@@ -139,9 +143,10 @@ type topicState struct {
 	committed map[string]map[int32]int64
 }
 
-func audit(ctx context.Context, in auditInput) (auditReport, error) {
+// Run audits in.Topics as consumed by in.Group.
+func Run(ctx context.Context, in Input) (Report, error) {
 	began := time.Now()
-	r := auditReport{Topics: in.Topics, Group: in.Group}
+	r := Report{Topics: in.Topics, Group: in.Group}
 	ts, missing, err := readTopicRecords(ctx, in.Kafka, in.Topics)
 	if err != nil {
 		return r, err
@@ -180,8 +185,8 @@ func audit(ctx context.Context, in auditInput) (auditReport, error) {
 
 // assess is the audit's judgement on what was read, kept free of I/O so
 // that each fault it must catch has a unit test (audit_test.go).
-func assess(r auditReport, ts topicState, notes map[string]delivered, parked map[string]string,
-	running func([]string) map[string]bool, ledger []notifysim.Delivery, withLedger bool, show int) auditReport {
+func assess(r Report, ts topicState, notes map[string]delivered, parked map[string]string,
+	running func([]string) map[string]bool, ledger []notifysim.Delivery, withLedger bool, show int) Report {
 	list := func(ids *[]string, id string) {
 		if len(*ids) < show {
 			*ids = append(*ids, id)
@@ -408,7 +413,7 @@ func newTopicRecord(ev workflows.ConsumedEvent, value []byte) topicRecord {
 	rec := topicRecord{ConsumedEvent: ev, digest: sha256.Sum256(value)}
 	rec.Value = ""
 	if rec.Malformed == "" {
-		rec.claim = claimOf(rec.EventType, value)
+		rec.claim = ClaimOf(rec.EventType, value)
 	}
 	return rec
 }
@@ -430,11 +435,11 @@ func partitionEnd(ctx context.Context, c sarama.Client, topic string, p int32, w
 	}
 }
 
-// claimOf names what an event says happened to whom: its type and its data
+// ClaimOf names what an event says happened to whom: its type and its data
 // in a canonical form (keys sorted). occurred_at is left out, so two events
 // that differ only in when they were built are one claim. "" when the value
 // has no data to tell.
-func claimOf(eventType string, value []byte) string {
+func ClaimOf(eventType string, value []byte) string {
 	var env struct {
 		Data map[string]any `json:"data"`
 	}
@@ -463,7 +468,7 @@ func loadNotifications(ctx context.Context, db *pgxpool.Pool, topics []string) (
 		if err := rows.Scan(&id, &d.topic, &d.partition, &d.offset, &d.key, &d.path, &d.seq, &eventType, &payload); err != nil {
 			return nil, fmt.Errorf("read notifications: %w", err)
 		}
-		d.claim = claimOf(eventType, []byte(payload))
+		d.claim = ClaimOf(eventType, []byte(payload))
 		out[id] = d
 	}
 	if err := rows.Err(); err != nil {
@@ -494,9 +499,9 @@ func loadConsumeDeadLetters(ctx context.Context, db *pgxpool.Pool, topics []stri
 	return parked, nil
 }
 
-// webhookLedger reads the deliveries of topics from a receiver that keeps a
+// WebhookLedger reads the deliveries of topics from a receiver that keeps a
 // ledger of them (the simulator's GET /admin/deliveries).
-func webhookLedger(base string) func(ctx context.Context, topics []string) ([]notifysim.Delivery, error) {
+func WebhookLedger(base string) func(ctx context.Context, topics []string) ([]notifysim.Delivery, error) {
 	return func(ctx context.Context, topics []string) ([]notifysim.Delivery, error) {
 		var all []notifysim.Delivery
 		for _, topic := range topics {
@@ -590,7 +595,8 @@ func runningDeliveries(ctx context.Context, tc client.Client, ids []string) map[
 	return out
 }
 
-func (r auditReport) writeText(w io.Writer) {
+// WriteText prints r for a person.
+func (r Report) WriteText(w io.Writer) {
 	fmt.Fprintf(w, "audit of %s (group %s) against the notifications table, in %s\n", strings.Join(r.Topics, ", "), r.Group, r.Took)
 	if len(r.MissingTopics) > 0 {
 		fmt.Fprintf(w, "  topics that do not exist:     %s\n", strings.Join(r.MissingTopics, ", "))
@@ -637,59 +643,30 @@ func (r auditReport) writeText(w io.Writer) {
 
 func firstN(ids []string, n int) []string { return ids[:min(len(ids), n)] }
 
-var errAuditFailed = errors.New("audit found a lost event, a duplicate effect, differing copies, a notification without event or reordered notifications")
+// ErrFailed is returned by callers that turn a report that is not OK into
+// an exit status.
+var ErrFailed = errors.New("audit found a lost event, a duplicate effect, differing copies, a notification without event or reordered notifications")
 
-func runAudit(ctx context.Context, cfg config, log *slog.Logger, args []string, out io.Writer) error {
-	fs := flag.NewFlagSet("audit", flag.ContinueOnError)
-	topics := fs.String("topics", strings.Join(cfg.ConsumerTopics, ","), "comma-separated topics to audit (CONSUMER_TOPICS)")
-	group := fs.String("group", cfg.ConsumerGroup, "the consumer group whose committed offsets say what was consumed (CONSUMER_GROUP)")
-	asJSON := fs.Bool("json", false, "print the report as JSON")
-	show := fs.Int("show", 20, "list at most this many event IDs of each fault")
-	ledger := fs.String("webhook-ledger", "", "base URL of a webhook receiver with a delivery ledger (the simulator's, GET /admin/deliveries) to check its effects too")
-	useTemporal := fs.Bool("temporal", true, "ask Temporal whether undelivered events are still being retried")
-	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: claimflow audit [flags]")
-		fmt.Fprintln(fs.Output(), "exits 1 when an event was lost, an effect happened twice (two notifications of one claim, a webhook key")
-		fmt.Fprintln(fs.Output(), "accepted twice), copies of an event differ, a notification has no event, or inline deliveries are out of")
-		fmt.Fprintln(fs.Output(), "key order; redelivered copies and webhook re-sends are reported, they are the at-least-once guarantee")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	pool, err := openDB(ctx, cfg, 4)
+// Copy is one record of a topic as the audit compares it: its event, a
+// digest of its value (copies of one event must share it) and its claim,
+// the event type and data in canonical form (one effect per claim).
+type Copy struct {
+	workflows.ConsumedEvent
+	Digest [sha256.Size]byte
+	Claim  string
+}
+
+// ReadCopies reads every record of topics with the audit's reader, for
+// tests that check the guarantee on part of a topic; missing lists the
+// topics that do not exist.
+func ReadCopies(ctx context.Context, kcfg activities.KafkaConfig, topics []string) (copies []Copy, missing []string, err error) {
+	ts, missing, err := readTopicRecords(ctx, kcfg, topics)
 	if err != nil {
-		return err
+		return nil, missing, err
 	}
-	defer pool.Close()
-	in := auditInput{Kafka: kafkaConfig(cfg, "claimflow-audit"), Topics: splitList(*topics), Group: *group, DB: pool, Show: *show}
-	if *ledger != "" {
-		in.Webhook = webhookLedger(*ledger)
+	copies = make([]Copy, len(ts.records))
+	for i, r := range ts.records {
+		copies[i] = Copy{ConsumedEvent: r.ConsumedEvent, Digest: r.digest, Claim: r.claim}
 	}
-	if *useTemporal {
-		tc, err := dialTemporal(ctx, cfg, log, nil)
-		if err != nil {
-			log.Warn("Temporal unreachable; undelivered consumed events count as lost", "error", err)
-		} else {
-			defer tc.Close()
-			in.Temporal = tc
-		}
-	}
-	r, err := audit(ctx, in)
-	if err != nil {
-		return err
-	}
-	if *asJSON {
-		enc := json.NewEncoder(out)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(r); err != nil {
-			return err
-		}
-	} else {
-		r.writeText(out)
-	}
-	if !r.OK() {
-		return errAuditFailed
-	}
-	return nil
+	return copies, missing, nil
 }

@@ -1,11 +1,8 @@
-package main
+package audit
 
 import (
-	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -40,7 +37,7 @@ func (f *auditFixture) add(id, enrollment, student string, at time.Time, note bo
 	f.ts.committed["t"][0] = offset + 1
 	if note {
 		f.notes[id] = delivered{topic: "t", partition: 0, offset: offset, key: "c1", path: "consumer",
-			seq: int64(len(f.notes) + 1), claim: claimOf(workflows.EventEnrollmentConfirmed, v)}
+			seq: int64(len(f.notes) + 1), claim: ClaimOf(workflows.EventEnrollmentConfirmed, v)}
 	}
 }
 
@@ -78,43 +75,43 @@ func TestAssessCatchesEachFault(t *testing.T) {
 		name  string
 		setup func(f *auditFixture)
 		ok    bool
-		check func(r auditReport) bool
+		check func(r Report) bool
 	}{
 		{"every event delivered once", func(f *auditFixture) {}, true,
-			func(r auditReport) bool { return r.Events == 3 && r.Delivered == 3 && r.Redelivered == 0 }},
+			func(r Report) bool { return r.Events == 3 && r.Delivered == 3 && r.Redelivered == 0 }},
 		{"a redelivered copy with the same payload is reported, not a fault", func(f *auditFixture) {
 			f.add(id("e1"), "e1", "se1", at, false)
-		}, true, func(r auditReport) bool {
+		}, true, func(r Report) bool {
 			return r.Records == 4 && r.Events == 3 && r.Redelivered == 1 && r.PayloadMismatches == 0
 		}},
 		{"a copy with another payload under the same event ID", func(f *auditFixture) {
 			f.add(id("e1"), "e1", "someone-else", at, false)
-		}, false, func(r auditReport) bool { return r.Redelivered == 1 && r.PayloadMismatches == 1 }},
+		}, false, func(r Report) bool { return r.Redelivered == 1 && r.PayloadMismatches == 1 }},
 		{"a copy built later (another occurred_at) is another payload", func(f *auditFixture) {
 			f.add(id("e1"), "e1", "se1", later, false)
-		}, false, func(r auditReport) bool { return r.PayloadMismatches == 1 }},
+		}, false, func(r Report) bool { return r.PayloadMismatches == 1 }},
 		{"one claim republished under a second event ID, notified twice", func(f *auditFixture) {
 			f.add("random-id-1", "e1", "se1", later, true)
-		}, false, func(r auditReport) bool {
+		}, false, func(r Report) bool {
 			return r.ClaimDuplicates == 1 && r.DuplicateEffects == 1 && r.Redelivered == 0
 		}},
 		{"an event consumed without a notification is lost", func(f *auditFixture) {
 			delete(f.notes, id("e2"))
-		}, false, func(r auditReport) bool { return r.Lost == 1 && r.Delivered == 2 }},
+		}, false, func(r Report) bool { return r.Lost == 1 && r.Delivered == 2 }},
 		{"an event without a notification but with a delivery run is in retry", func(f *auditFixture) {
 			delete(f.notes, id("e2"))
 			f.running[id("e2")] = true
-		}, true, func(r auditReport) bool { return r.InRetry == 1 && r.Lost == 0 }},
+		}, true, func(r Report) bool { return r.InRetry == 1 && r.Lost == 0 }},
 		{"an event beyond the committed offset is not yet consumed", func(f *auditFixture) {
 			delete(f.notes, id("e3"))
 			f.ts.committed["t"][0] = 2
-		}, true, func(r auditReport) bool { return r.NotYetConsumed == 1 && r.Lost == 0 }},
+		}, true, func(r Report) bool { return r.NotYetConsumed == 1 && r.Lost == 0 }},
 		{"a notification naming no event the topic still keeps", func(f *auditFixture) {
 			f.notes["ghost"] = delivered{topic: "t", partition: 0, offset: 1, path: "consumer", seq: 99}
-		}, false, func(r auditReport) bool { return r.Orphans == 1 }},
+		}, false, func(r Report) bool { return r.Orphans == 1 }},
 		{"a notification whose event retention removed", func(f *auditFixture) {
 			f.notes["old"] = delivered{topic: "t", partition: 1, offset: 5, path: "consumer", seq: 99}
-		}, true, func(r auditReport) bool { return r.Expired == 1 && r.Orphans == 0 }},
+		}, true, func(r Report) bool { return r.Expired == 1 && r.Orphans == 0 }},
 		{"the webhook re-sent a key with the same body: at-least-once", func(f *auditFixture) {
 			f.webhook = true
 			f.ledger = []notifysim.Delivery{
@@ -122,153 +119,29 @@ func TestAssessCatchesEachFault(t *testing.T) {
 				delivery(id("e2"), "b", notifysim.Rejected), delivery(id("e2"), "b", notifysim.Accepted),
 				delivery(id("e3"), "c", notifysim.Accepted),
 			}
-		}, true, func(r auditReport) bool {
+		}, true, func(r Report) bool {
 			return r.Webhook != nil && r.Webhook.Resent == 1 && r.Webhook.Retried == 1 && r.Webhook.Effects == 3
 		}},
 		{"a webhook key taking effect twice", func(f *auditFixture) {
 			f.webhook = true
 			f.ledger = []notifysim.Delivery{delivery(id("e1"), "a", notifysim.Accepted), delivery(id("e1"), "a", notifysim.Accepted)}
-		}, false, func(r auditReport) bool { return len(r.Webhook.DoubleEffects) == 1 }},
+		}, false, func(r Report) bool { return len(r.Webhook.DoubleEffects) == 1 }},
 		{"a webhook key sent with another body", func(f *auditFixture) {
 			f.webhook = true
 			f.ledger = []notifysim.Delivery{delivery(id("e1"), "a", notifysim.Accepted), delivery(id("e1"), "b", notifysim.Duplicate)}
-		}, false, func(r auditReport) bool { return len(r.Webhook.BodyChanged) == 1 }},
+		}, false, func(r Report) bool { return len(r.Webhook.BodyChanged) == 1 }},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newAuditFixture()
 			tc.setup(f)
-			r := assess(auditReport{Topics: []string{"t"}}, f.ts, f.notes, map[string]string{},
+			r := assess(Report{Topics: []string{"t"}}, f.ts, f.notes, map[string]string{},
 				func(ids []string) map[string]bool { return f.running }, f.ledger, f.webhook, 10)
 			var b strings.Builder
-			r.writeText(&b)
+			r.WriteText(&b)
 			if r.OK() != tc.ok || !tc.check(r) {
 				t.Errorf("OK() = %v, want %v; report:\n%s", r.OK(), tc.ok, b.String())
 			}
-		})
-	}
-}
-
-// TestAuditFindsDuplicateEffects runs the consumer and `claimflow audit` on
-// topics holding what the guarantee allows and what it rules out: the
-// command exits non-zero on a real duplicate effect and reports
-// redelivered copies and webhook re-sends without failing.
-func TestAuditFindsDuplicateEffects(t *testing.T) {
-	if testing.Short() {
-		t.Skip("integration tests start the real stack; skipped with -short")
-	}
-	s := testStack(t, dataDir(t))
-	if s.Notify == nil {
-		t.Skip("needs the notification simulator (NOTIFY_WEBHOOK_URL is set)")
-	}
-	const n = 60
-	cases := []struct {
-		name string
-		// sink is the simulator's behaviour while the consumer runs.
-		sink notifysim.Setting
-		// extra is produced after the n events.
-		extra func(events []workflows.Message) []workflows.Message
-		fails bool
-		check func(t *testing.T, r auditReport)
-	}{
-		{
-			name: "copies with one event ID are redelivered, not duplicated",
-			sink: notifysim.Setting{Mode: notifysim.Healthy},
-			extra: func(ev []workflows.Message) []workflows.Message {
-				return []workflows.Message{ev[3], ev[7], ev[3]}
-			},
-			check: func(t *testing.T, r auditReport) {
-				if r.Redelivered != 3 || r.Events != n || r.Delivered != n || r.DuplicateEffects != 0 || r.Webhook.Effects != n {
-					t.Errorf("report %+v, want 3 redelivered copies and %d events delivered once", r, n)
-				}
-			},
-		},
-		{
-			name: "webhook answers lost: re-sent under the same key, one effect each",
-			// The first two batches take effect but their answers are lost:
-			// their events go to DeliverEvent runs, which send them again.
-			sink:  notifysim.Setting{Mode: notifysim.Healthy, LoseAnswers: 2},
-			extra: func([]workflows.Message) []workflows.Message { return nil },
-			check: func(t *testing.T, r auditReport) {
-				l := r.Webhook
-				if r.Delivered != n || l.Keys != n || l.Effects != n || l.Resent == 0 || l.Resent != r.ViaWorkflow {
-					t.Errorf("report %+v, webhook %+v: want every key re-sent once per lost answer, each taking effect once", r, l)
-				}
-			},
-		},
-		{
-			name: "one claim under a second event ID is a duplicate effect",
-			sink: notifysim.Setting{Mode: notifysim.Healthy},
-			extra: func(ev []workflows.Message) []workflows.Message {
-				// A publisher that made up a new ID for its retry: the
-				// consumer cannot tell, and the student hears twice.
-				again := ev[5]
-				again.Event.ID = "not-derived-from-the-claim"
-				again.Event.OccurredAt = again.Event.OccurredAt.Add(time.Second)
-				return []workflows.Message{again}
-			},
-			fails: true,
-			check: func(t *testing.T, r auditReport) {
-				if r.ClaimDuplicates != 1 || r.DuplicateEffects != 1 || r.Redelivered != 0 {
-					t.Errorf("report %+v, want one claim duplicated on the topic and in the notifications", r)
-				}
-			},
-		},
-		{
-			name: "a copy with another payload under one event ID",
-			sink: notifysim.Setting{Mode: notifysim.Healthy},
-			extra: func(ev []workflows.Message) []workflows.Message {
-				other := ev[9]
-				other.Event.Data = map[string]any{"enrollment_id": "someone", "course_id": other.Key, "student_id": "else"}
-				return []workflows.Message{other}
-			},
-			fails: true,
-			check: func(t *testing.T, r auditReport) {
-				if r.PayloadMismatches != 1 || r.Redelivered != 1 {
-					t.Errorf("report %+v, want one copy with another payload", r)
-				}
-			},
-		},
-	}
-	for i, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			topic := consumerTopic(t, s, fmt.Sprintf("audit%d", i), 3)
-			group := topic + ".group"
-			events := testEvents(fmt.Sprintf("audit%d", i), n, 6)
-			extra := tc.extra(events)
-			distinct := map[string]bool{}
-			for _, m := range append(events, extra...) {
-				distinct[m.Event.ID] = true
-			}
-			setSink(t, s, tc.sink)
-			produce(t, s, topic, events)
-			produce(t, s, topic, extra)
-			c := startTestConsumer(t, s, topic, group, 20)
-			waitCaughtUp(t, s, topic, group, 2*time.Minute)
-			// Events handed to DeliverEvent are committed before their row.
-			waitFor(t, time.Minute, "every distinct event notified", func() bool {
-				return notificationCount(t, s, topic) >= len(distinct)
-			})
-			if err := c.Stop(); err != nil {
-				t.Fatal(err)
-			}
-
-			var out strings.Builder
-			log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
-			err := runAudit(context.Background(), s.Config, log,
-				[]string{"-topics", topic, "-group", group, "-json", "-webhook-ledger", s.Notify.URL}, &out)
-			var r auditReport
-			if jerr := json.Unmarshal([]byte(out.String()), &r); jerr != nil {
-				t.Fatalf("claimflow audit -json printed %q: %v (exit error %v)", out.String(), jerr, err)
-			}
-			t.Logf("claimflow audit: %v\n%s", err, out.String())
-			if tc.fails != errors.Is(err, errAuditFailed) || tc.fails == r.OK() {
-				t.Fatalf("claimflow audit returned %v with OK()=%v, want failure %v", err, r.OK(), tc.fails)
-			}
-			if r.Webhook == nil {
-				t.Fatal("the audit did not read the webhook's ledger")
-			}
-			tc.check(t, r)
 		})
 	}
 }
