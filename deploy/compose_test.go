@@ -27,6 +27,7 @@ import (
 	"go.yaml.in/yaml/v4"
 
 	"github.com/claimflow/claimflow/internal/config"
+	"github.com/claimflow/claimflow/internal/kafka"
 	"github.com/claimflow/claimflow/workflows"
 )
 
@@ -366,10 +367,23 @@ func TestComposeSetupMatchesCode(t *testing.T) {
 				}
 				continue
 			}
+			// Every topic of the one list (internal/kafka) exists before the
+			// services start; kafka-init creates all with PARTITIONS, which
+			// must give each event topic the partitions the list says (a
+			// dead-letter topic may have more: its order does not matter).
 			topics, _ := envValue(s, "TOPICS")
-			for _, want := range []string{workflows.EnrollmentTopic, workflows.EnrollmentDLTTopic} {
-				if !slices.Contains(strings.Fields(topics), want) {
-					t.Errorf("%s: %s does not create topic %s (TOPICS=%q)", name, init, want, topics)
+			for _, want := range kafka.AllTopics(1) {
+				if !slices.Contains(strings.Fields(topics), want.Name) {
+					t.Errorf("%s: %s does not create topic %s (TOPICS=%q)", name, init, want.Name, topics)
+				}
+			}
+			partitions, _ := envValue(s, "PARTITIONS")
+			for _, et := range kafka.EventTopics {
+				if partitions != strconv.Itoa(int(et.Partitions)) {
+					t.Errorf("%s: %s creates %s with PARTITIONS=%q, the topic list says %d", name, init, et.Name, partitions, et.Partitions)
+				}
+				if n, err := strconv.Atoi(partitions); err != nil || int32(n) < et.DLTPartitions {
+					t.Errorf("%s: %s creates %s with PARTITIONS=%q, fewer than the list's %d", name, init, et.DLT, partitions, et.DLTPartitions)
 				}
 			}
 		}

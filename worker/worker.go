@@ -14,6 +14,7 @@ import (
 	sdkworker "go.temporal.io/sdk/worker"
 
 	"github.com/claimflow/claimflow/activities"
+	"github.com/claimflow/claimflow/consumer"
 	"github.com/claimflow/claimflow/workflows"
 )
 
@@ -26,9 +27,10 @@ type Options struct {
 	Interceptors []interceptor.WorkerInterceptor
 }
 
-// New builds a worker with every workflow and activity registered. Start it
-// with Start, or Run to block until interrupted.
-func New(c client.Client, acts *activities.Activities, o Options) sdkworker.Worker {
+// New builds a worker with every workflow and activity registered: the
+// sagas' activities and the consumer's delivery activities (DeliverEvent's).
+// Start it with Start, or Run to block until interrupted.
+func New(c client.Client, acts *activities.Activities, delivery *consumer.Activities, o Options) sdkworker.Worker {
 	w := sdkworker.New(c, workflows.TaskQueue, sdkworker.Options{
 		MaxConcurrentActivityExecutionSize: o.MaxConcurrentActivities,
 		// A batch run is one workflow task. With the SDK's default of two
@@ -39,7 +41,7 @@ func New(c client.Client, acts *activities.Activities, o Options) sdkworker.Work
 		WorkerStopTimeout: 20 * time.Second,
 		Interceptors:      o.Interceptors,
 	})
-	Register(w, acts)
+	Register(w, acts, delivery)
 	return w
 }
 
@@ -60,19 +62,26 @@ func RegisterWorkflows(r Registry) {
 }
 
 // Register registers workflows and activities on w.
-func Register(w sdkworker.Worker, acts *activities.Activities) {
+func Register(w sdkworker.Worker, acts *activities.Activities, delivery *consumer.Activities) {
 	RegisterWorkflows(w)
 	w.RegisterActivity(acts)
+	w.RegisterActivity(delivery)
 }
 
 // CheckActivities fails when an activity a workflow names has no method on
-// Activities, which would otherwise surface only at run time.
+// Activities (or, for DeliverEvent's, on consumer.Activities), which would
+// otherwise surface only at run time.
 func CheckActivities() error {
 	names := append(slices.Clone(workflows.ActivityNames), workflows.CouponActivityNames...)
 	names = append(names, workflows.BatchActivityNames...)
-	for _, name := range append(names, workflows.DeliveryActivityNames...) {
+	for _, name := range names {
 		if _, ok := reflect.TypeFor[*activities.Activities]().MethodByName(name); !ok {
 			return fmt.Errorf("workflows call activity %q but activities.Activities has no such method", name)
+		}
+	}
+	for _, name := range workflows.DeliveryActivityNames {
+		if _, ok := reflect.TypeFor[*consumer.Activities]().MethodByName(name); !ok {
+			return fmt.Errorf("DeliverEvent calls activity %q but consumer.Activities has no such method", name)
 		}
 	}
 	return nil

@@ -9,11 +9,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/claimflow/claimflow/internal/kafka"
+
 	"github.com/claimflow/claimflow/internal/audit"
 
 	"github.com/IBM/sarama"
 
-	"github.com/claimflow/claimflow/activities"
 	"github.com/claimflow/claimflow/workflows"
 )
 
@@ -25,7 +26,7 @@ import (
 func waitCaughtUp(t *testing.T, s *stack, topic, group string, timeout time.Duration) {
 	t.Helper()
 	cfg := sarama.NewConfig()
-	v, err := sarama.ParseKafkaVersion(activities.DefaultKafkaVersion)
+	v, err := sarama.ParseKafkaVersion(kafka.DefaultVersion)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,7 +48,7 @@ func waitCaughtUp(t *testing.T, s *stack, topic, group string, timeout time.Dura
 			return false
 		}
 		last = time.Now()
-		committed, err := activities.CommittedOffsets(kcfg, group, map[string][]int32{topic: partitions})
+		committed, err := kafka.CommittedOffsets(kcfg, group, map[string][]int32{topic: partitions})
 		if err != nil {
 			return false
 		}

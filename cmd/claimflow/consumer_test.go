@@ -23,11 +23,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/claimflow/claimflow/internal/kafka"
+
 	"github.com/claimflow/claimflow/internal/audit"
 
 	"github.com/IBM/sarama"
 
-	"github.com/claimflow/claimflow/activities"
 	"github.com/claimflow/claimflow/internal/notifysim"
 	"github.com/claimflow/claimflow/workflows"
 )
@@ -37,7 +38,7 @@ import (
 func consumerTopic(t *testing.T, s *stack, name string, partitions int32) string {
 	t.Helper()
 	topic := fmt.Sprintf("test.%s.%d", name, time.Now().UnixNano())
-	err := activities.EnsureTopics(context.Background(), kafkaConfig(s.Config, "claimflow-test"), []activities.Topic{
+	err := kafka.EnsureTopics(context.Background(), kafkaConfig(s.Config, "claimflow-test"), []kafka.Topic{
 		{Name: topic, Partitions: partitions, Replicas: 1},
 		{Name: topic + ".DLT", Partitions: 1, Replicas: 1},
 	})
@@ -69,7 +70,7 @@ func testEvents(prefix string, n, keys int) []workflows.Message {
 // them: key, JSON envelope, event_id and type headers.
 func produce(t *testing.T, s *stack, topic string, events []workflows.Message) {
 	t.Helper()
-	p, err := activities.NewProducer(kafkaConfig(s.Config, "claimflow-test-producer"))
+	p, err := kafka.NewProducer(kafkaConfig(s.Config, "claimflow-test-producer"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,7 +222,7 @@ func notificationRows(t *testing.T, s *stack, topic string) []row {
 // nothing to Temporal while they check this).
 func checkCommittedAreDurable(t *testing.T, s *stack, topic, group string) (committedTotal int) {
 	t.Helper()
-	records, _, err := activities.ReadTopics(context.Background(), kafkaConfig(s.Config, "claimflow-test"), []string{topic})
+	records, _, err := kafka.ReadTopics(context.Background(), kafkaConfig(s.Config, "claimflow-test"), []string{topic})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -231,7 +232,7 @@ func checkCommittedAreDurable(t *testing.T, s *stack, topic, group string) (comm
 			parts[topic] = append(parts[topic], r.Partition)
 		}
 	}
-	committed, err := activities.CommittedOffsets(kafkaConfig(s.Config, "claimflow-test"), group, parts)
+	committed, err := kafka.CommittedOffsets(kafkaConfig(s.Config, "claimflow-test"), group, parts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -576,7 +577,7 @@ func TestConsumerDeadLetterRetryAndDiscard(t *testing.T) {
 func dltRecords(t *testing.T, s *stack, topic string) map[string]map[string]string {
 	t.Helper()
 	cfg := sarama.NewConfig()
-	v, err := sarama.ParseKafkaVersion(activities.DefaultKafkaVersion)
+	v, err := sarama.ParseKafkaVersion(kafka.DefaultVersion)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -33,9 +33,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/claimflow/claimflow/internal/kafka"
+
 	"github.com/IBM/sarama"
 
-	"github.com/claimflow/claimflow/activities"
 	"github.com/claimflow/claimflow/internal/audit"
 	"github.com/claimflow/claimflow/internal/devstack"
 	"github.com/claimflow/claimflow/internal/notifysim"
@@ -764,7 +765,7 @@ func kafkaScript(t *testing.T, args ...string) {
 func partitionLeader(t *testing.T, brokers []string, topic string) int32 {
 	t.Helper()
 	cfg := sarama.NewConfig()
-	v, _ := sarama.ParseKafkaVersion(activities.DefaultKafkaVersion)
+	v, _ := sarama.ParseKafkaVersion(kafka.DefaultVersion)
 	cfg.Version = v
 	client, err := sarama.NewClient(brokers, cfg)
 	if err != nil {

@@ -20,13 +20,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/claimflow/claimflow/internal/kafka"
+
 	"github.com/IBM/sarama"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.temporal.io/api/workflowservice/v1"
 
-	"github.com/claimflow/claimflow/activities"
 	appconfig "github.com/claimflow/claimflow/internal/config"
 	"github.com/claimflow/claimflow/internal/devstack"
 	"github.com/claimflow/claimflow/workflows"
@@ -249,7 +250,7 @@ func topicEvents(t *testing.T, s *stack, topic string) []workflows.Event {
 func readTopic(t *testing.T, s *stack, topic, keyField string) []workflows.Event {
 	t.Helper()
 	cfg := sarama.NewConfig()
-	v, err := sarama.ParseKafkaVersion(activities.DefaultKafkaVersion)
+	v, err := sarama.ParseKafkaVersion(kafka.DefaultVersion)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -344,7 +345,7 @@ func failProduces(t *testing.T, s *stack, topic string) (remove func()) {
 	}
 	const setting = "max.message.bytes"
 	cfg := sarama.NewConfig()
-	v, err := sarama.ParseKafkaVersion(activities.DefaultKafkaVersion)
+	v, err := sarama.ParseKafkaVersion(kafka.DefaultVersion)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,7 +25,7 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
 
-	"github.com/claimflow/claimflow/activities"
+	"github.com/claimflow/claimflow/internal/kafka"
 	"github.com/claimflow/claimflow/internal/notifysim"
 	"github.com/claimflow/claimflow/workflows"
 )
@@ -103,7 +103,7 @@ func (r Report) OK() bool {
 
 // Input is what Run reads.
 type Input struct {
-	Kafka  activities.KafkaConfig
+	Kafka  kafka.Config
 	Topics []string
 	Group  string
 	DB     *pgxpool.Pool
@@ -159,7 +159,7 @@ func Run(ctx context.Context, in Input) (Report, error) {
 				partitions[topic] = append(partitions[topic], p)
 			}
 		}
-		if ts.committed, err = activities.CommittedOffsets(in.Kafka, in.Group, partitions); err != nil {
+		if ts.committed, err = kafka.CommittedOffsets(in.Kafka, in.Group, partitions); err != nil {
 			return r, err
 		}
 	}
@@ -317,10 +317,10 @@ func assess(r Report, ts topicState, notes map[string]delivered, parked map[stri
 // readTopicRecords reads every record of topics, from the oldest kept to
 // the end as it was when the call began. It keeps a digest of each value
 // rather than the value, so a large topic fits in memory.
-func readTopicRecords(ctx context.Context, cfg activities.KafkaConfig, topics []string) (topicState, []string, error) {
+func readTopicRecords(ctx context.Context, cfg kafka.Config, topics []string) (topicState, []string, error) {
 	ts := topicState{oldest: map[string]map[int32]int64{}}
 	sc := sarama.NewConfig()
-	version := cmp.Or(cfg.Version, activities.DefaultKafkaVersion)
+	version := cmp.Or(cfg.Version, kafka.DefaultVersion)
 	v, err := sarama.ParseKafkaVersion(version)
 	if err != nil {
 		return ts, nil, fmt.Errorf("KAFKA_VERSION %q: %w", version, err)
@@ -398,7 +398,7 @@ func readPartitionRecords(ctx context.Context, c sarama.Client, consumer sarama.
 		case <-ctx.Done():
 			return 0, nil, ctx.Err()
 		case m := <-pc.Messages():
-			out = append(out, newTopicRecord(activities.ParseEvent(m), m.Value))
+			out = append(out, newTopicRecord(kafka.ParseEvent(m), m.Value))
 			if m.Offset >= newest-1 {
 				return oldest, out, nil
 			}
@@ -420,7 +420,7 @@ func newTopicRecord(ev workflows.ConsumedEvent, value []byte) topicRecord {
 
 // partitionEnd asks for one end of a partition, riding out the "broker not
 // connected" a fresh client gets while its leader connection opens (as
-// activities.ReadTopics does).
+// kafka.ReadTopics does).
 func partitionEnd(ctx context.Context, c sarama.Client, topic string, p int32, which int64) (int64, error) {
 	for attempt := 1; ; attempt++ {
 		off, err := c.GetOffset(topic, p, which)
@@ -659,7 +659,7 @@ type Copy struct {
 // ReadCopies reads every record of topics with the audit's reader, for
 // tests that check the guarantee on part of a topic; missing lists the
 // topics that do not exist.
-func ReadCopies(ctx context.Context, kcfg activities.KafkaConfig, topics []string) (copies []Copy, missing []string, err error) {
+func ReadCopies(ctx context.Context, kcfg kafka.Config, topics []string) (copies []Copy, missing []string, err error) {
 	ts, missing, err := readTopicRecords(ctx, kcfg, topics)
 	if err != nil {
 		return nil, missing, err

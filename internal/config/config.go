@@ -12,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/claimflow/claimflow/workflows"
+	"github.com/claimflow/claimflow/internal/kafka"
 )
 
 // Defaults that other packages fall back to when a caller leaves an option
@@ -72,7 +72,7 @@ var variables = []variable{
 	{"MAX_INFLIGHT_CLAIMS", strconv.Itoa(DefaultMaxInflightClaims), "requests waiting on Temporal at once"},
 	{"VENDOR_PAYOUT_URL", "http://127.0.0.1:8090/payouts", "vendors' payout API"},
 	{"PAYOUT_TIMEOUT", "5s", "bound of one payout call (at most 15s)"},
-	{"CONSUMER_TOPICS", strings.Join(workflows.ConsumedTopics, ","), "topics the consumer reads"},
+	{"CONSUMER_TOPICS", strings.Join(kafka.EventTopicNames(), ","), "topics the consumer reads"},
 	{"CONSUMER_GROUP", "claimflow-notifications", "the consumer's group"},
 	{"CONSUMER_BATCH", strconv.Itoa(DefaultConsumerBatch), "records the consumer applies together (1-10000)"},
 	{"NOTIFY_WEBHOOK_URL", "", "webhook receiving every notification (empty: the table alone)"},

@@ -8,20 +8,20 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.temporal.io/sdk/client"
 
-	"github.com/claimflow/claimflow/activities"
+	"github.com/claimflow/claimflow/consumer"
 	"github.com/claimflow/claimflow/internal/config"
 )
 
 // NotifySink is the notification sink every process shares: the consumer
 // delivers inline through it and the worker's DeliverEvent runs retry
 // through it, so both must see the same NOTIFY_WEBHOOK_URL.
-func NotifySink(cfg config.Config, pool *pgxpool.Pool) *activities.Sink {
-	return &activities.Sink{DB: pool, WebhookURL: cfg.NotifyWebhookURL}
+func NotifySink(cfg config.Config, pool *pgxpool.Pool) *consumer.Sink {
+	return &consumer.Sink{DB: pool, WebhookURL: cfg.NotifyWebhookURL}
 }
 
 // ConsumerService is a running event consumer.
 type ConsumerService struct {
-	Consumer *activities.Consumer
+	Consumer *consumer.Consumer
 	cancel   context.CancelFunc
 	done     chan struct{} // closed when Run returned; err says why
 	err      error
@@ -29,7 +29,7 @@ type ConsumerService struct {
 
 // StartConsumer consumes cfg.ConsumerTopics as cfg.ConsumerGroup until Stop.
 func StartConsumer(cfg config.Config, log *slog.Logger, pool *pgxpool.Pool, tc client.Client, tel *Telemetry) (*ConsumerService, error) {
-	c, err := activities.NewConsumer(activities.ConsumerConfig{
+	c, err := consumer.New(consumer.Config{
 		Kafka:    KafkaConfig(cfg, "claimflow-consumer"),
 		Group:    cfg.ConsumerGroup,
 		Topics:   cfg.ConsumerTopics,
@@ -37,7 +37,7 @@ func StartConsumer(cfg config.Config, log *slog.Logger, pool *pgxpool.Pool, tc c
 		Temporal: tc,
 		Log:      log.With("component", "consumer"),
 		MaxBatch: cfg.ConsumerBatch,
-		Metrics:  tel.Activities,
+		Metrics:  tel.Consumer,
 	})
 	if err != nil {
 		return nil, err

@@ -21,13 +21,16 @@ import (
 
 	"github.com/claimflow/claimflow/activities"
 	"github.com/claimflow/claimflow/api"
+	"github.com/claimflow/claimflow/consumer"
 	"github.com/claimflow/claimflow/internal/config"
+	"github.com/claimflow/claimflow/internal/kafka"
+	"github.com/claimflow/claimflow/internal/store"
 	"github.com/claimflow/claimflow/worker"
 )
 
 // KafkaConfig is the Kafka client configuration of cfg for clientID.
-func KafkaConfig(cfg config.Config, clientID string) activities.KafkaConfig {
-	return activities.KafkaConfig{Brokers: cfg.KafkaBrokers, Version: cfg.KafkaVersion, ClientID: clientID}
+func KafkaConfig(cfg config.Config, clientID string) kafka.Config {
+	return kafka.Config{Brokers: cfg.KafkaBrokers, Version: cfg.KafkaVersion, ClientID: clientID}
 }
 
 // OpenDB opens a pool of at most maxConns connections to cfg.DatabaseURL
@@ -120,7 +123,7 @@ func StartAPI(cfg config.Config, log *slog.Logger, pool *pgxpool.Pool, tc client
 				return err
 			},
 			"kafka": func(ctx context.Context) error {
-				return activities.Ping(ctx, KafkaConfig(cfg, "claimflow-readyz"))
+				return kafka.Ping(ctx, KafkaConfig(cfg, "claimflow-readyz"))
 			},
 		},
 	})
@@ -169,14 +172,15 @@ func StartWorker(cfg config.Config, log *slog.Logger, pool *pgxpool.Pool, tc cli
 	if err := worker.CheckActivities(); err != nil {
 		return nil, err
 	}
-	producer, err := activities.NewProducer(KafkaConfig(cfg, "claimflow-worker"))
+	producer, err := kafka.NewProducer(KafkaConfig(cfg, "claimflow-worker"))
 	if err != nil {
 		return nil, err
 	}
 	acts := &activities.Activities{DB: pool, Producer: producer, Log: log.With("component", "activities"),
-		Metrics: tel.Activities, Payouts: activities.NewPayouts(cfg.PayoutURL, cfg.PayoutTimeout),
+		Metrics: tel.Activities, Payouts: activities.NewPayouts(cfg.PayoutURL, cfg.PayoutTimeout)}
+	delivery := &consumer.Activities{DB: pool, Producer: producer, Log: log.With("component", "delivery"),
 		Sink: NotifySink(cfg, pool)}
-	w := worker.New(tc, acts, worker.Options{
+	w := worker.New(tc, acts, delivery, worker.Options{
 		MaxConcurrentActivities: cfg.MaxActivities,
 		Interceptors:            []interceptor.WorkerInterceptor{worker.NewAttemptMetrics(tel.Registry)},
 	})
@@ -243,7 +247,7 @@ func Migrate(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		return err
 	}
 	defer pool.Close()
-	return activities.Migrate(ctx, pool, log)
+	return store.Migrate(ctx, pool, log)
 }
 
 func metricsHandler(tel *Telemetry) client.MetricsHandler {
@@ -275,7 +279,7 @@ func Connect(ctx context.Context, cfg config.Config, log *slog.Logger, maxConns 
 	}
 	c.closers = append(c.closers, c.Pool.Close)
 	if migrate {
-		if err := activities.Migrate(ctx, c.Pool, log); err != nil {
+		if err := store.Migrate(ctx, c.Pool, log); err != nil {
 			return c, err
 		}
 	}

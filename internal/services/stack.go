@@ -14,11 +14,12 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.temporal.io/sdk/client"
 
-	"github.com/claimflow/claimflow/activities"
 	"github.com/claimflow/claimflow/internal/config"
 	"github.com/claimflow/claimflow/internal/devstack"
+	"github.com/claimflow/claimflow/internal/kafka"
 	"github.com/claimflow/claimflow/internal/notifysim"
 	"github.com/claimflow/claimflow/internal/payoutsim"
+	"github.com/claimflow/claimflow/internal/store"
 	"github.com/claimflow/claimflow/workflows"
 )
 
@@ -60,26 +61,14 @@ type StackOptions struct {
 	Progress io.Writer
 }
 
-// Topics are created at start; 12 partitions leave room for per-course
-// ordering across several consumers.
-var Topics = []devstack.Topic{
-	{Name: workflows.EnrollmentTopic, Partitions: 12},
-	{Name: workflows.EnrollmentDLTTopic, Partitions: 1},
-	{Name: workflows.CouponTopic, Partitions: 12},
-	{Name: workflows.CouponDLTTopic, Partitions: 1},
-}
-
-// KafkaTopics is Topics with replicas copies of each partition.
-func KafkaTopics(replicas int16) []activities.Topic {
-	if replicas < 1 {
-		replicas = 1
-	}
-	out := make([]activities.Topic, len(Topics))
-	for i, t := range Topics {
-		out[i] = activities.Topic{Name: t.Name, Partitions: t.Partitions, Replicas: replicas}
+// Topics are kafka.AllTopics as the dev stack's kfake creates them.
+var Topics = func() []devstack.Topic {
+	var out []devstack.Topic
+	for _, t := range kafka.AllTopics(1) {
+		out = append(out, devstack.Topic{Name: t.Name, Partitions: t.Partitions})
 	}
 	return out
-}
+}()
 
 // TemporalDynamicConfig lets a batch run list every course and student it
 // holds in its CourseId/StudentId search attributes (2 KiB per value by
@@ -180,7 +169,7 @@ func StartStack(ctx context.Context, base config.Config, log *slog.Logger, o Sta
 	if len(o.KafkaBrokers) > 0 {
 		s.Config.KafkaBrokers = o.KafkaBrokers
 		fmt.Fprintf(progress, "using Kafka at %v...\n", o.KafkaBrokers)
-		if err := activities.EnsureTopics(ctx, KafkaConfig(s.Config, "claimflow-dev"), KafkaTopics(o.KafkaReplicas)); err != nil {
+		if err := kafka.EnsureTopics(ctx, KafkaConfig(s.Config, "claimflow-dev"), kafka.AllTopics(o.KafkaReplicas)); err != nil {
 			return s, err
 		}
 	} else {
@@ -251,7 +240,7 @@ func (s *Stack) StartServices(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
-	if err := activities.Migrate(ctx, s.Pool, s.Log); err != nil {
+	if err := store.Migrate(ctx, s.Pool, s.Log); err != nil {
 		return err
 	}
 	// A fresh registry per start: services restarted in this process

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/claimflow/claimflow/activities"
+	"github.com/claimflow/claimflow/consumer"
 	"github.com/claimflow/claimflow/worker"
 )
 
@@ -21,8 +22,10 @@ import (
 type Telemetry struct {
 	Registry *prometheus.Registry
 	Temporal *worker.TemporalMetrics
-	// Activities is shared by the worker and the consumer of one process.
+	// Activities are the worker's activities' metrics; Consumer the event
+	// consumer's.
 	Activities *activities.Metrics
+	Consumer   *consumer.Metrics
 }
 
 // NewTelemetry is a fresh registry with the Go runtime's, the Temporal
@@ -35,6 +38,7 @@ func NewTelemetry() *Telemetry {
 		t.Temporal,
 	)
 	t.Activities = activities.NewMetrics(t.Registry)
+	t.Consumer = consumer.NewMetrics(t.Registry)
 	return t
 }
 
