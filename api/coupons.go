@@ -12,11 +12,11 @@ import (
 	"github.com/gin-gonic/gin"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/claimflow/claimflow/internal/store"
 	"github.com/claimflow/claimflow/workflows"
 )
 
@@ -50,26 +50,9 @@ func newID(prefix string) string {
 
 // ---- vendors ----
 
-type vendor struct {
-	ID           string         `json:"id"`
-	Name         string         `json:"name"`
-	BalanceCents int64          `json:"balance_cents"`
-	PayoutCount  int            `json:"payout_count"`
-	Payouts      []payoutRecord `json:"payouts"`
-	CreatedAt    time.Time      `json:"created_at"`
-}
+type vendor = store.Vendor
 
-type payoutRecord struct {
-	LedgerID         int64     `json:"ledger_id"`
-	IdempotencyKey   string    `json:"idempotency_key"`
-	CouponID         string    `json:"coupon_id"`
-	UseID            string    `json:"use_id"`
-	VendorID         string    `json:"vendor_id"`
-	AmountCents      int64     `json:"amount_cents"`
-	ProviderPayoutID string    `json:"provider_payout_id"`
-	OrderID          *string   `json:"order_id,omitempty"`
-	RecordedAt       time.Time `json:"recorded_at"`
-}
+type payoutRecord = store.Payout
 
 type createVendorRequest struct {
 	ID   string  `json:"id"`
@@ -87,13 +70,12 @@ func (s *server) createVendor(c *gin.Context) {
 	if !validID(c, "id", req.ID) || !validName(c, req.Name) {
 		return
 	}
-	tag, err := s.DB.Exec(c, `INSERT INTO vendors (id, name) VALUES ($1, $2) ON CONFLICT (id) DO NOTHING`,
-		req.ID, strings.TrimSpace(*req.Name))
+	created, err := store.InsertVendor(c, s.DB, req.ID, strings.TrimSpace(*req.Name))
 	if err != nil {
 		s.internalError(c, err)
 		return
 	}
-	if tag.RowsAffected() == 0 {
+	if !created {
 		writeError(c, http.StatusConflict, "vendor_exists", "a vendor with this id already exists", "id")
 		return
 	}
@@ -127,43 +109,12 @@ func (s *server) getVendor(c *gin.Context) {
 
 // loadVendor returns the vendor with its balance and its latest 100 payouts.
 func (s *server) loadVendor(ctx context.Context, id string) (vendor, error) {
-	var v vendor
-	err := s.DB.QueryRow(ctx, `
-		SELECT id, name, balance_cents, created_at, (SELECT count(*) FROM payouts WHERE vendor_id = $1)
-		FROM vendors WHERE id = $1`, id).
-		Scan(&v.ID, &v.Name, &v.BalanceCents, &v.CreatedAt, &v.PayoutCount)
-	if err != nil {
-		return v, err
-	}
-	rows, err := s.DB.Query(ctx, `SELECT `+payoutColumns+` FROM payouts WHERE vendor_id = $1 ORDER BY id DESC LIMIT 100`, id)
-	if err != nil {
-		return v, err
-	}
-	v.Payouts, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (payoutRecord, error) { return scanPayout(r) })
-	return v, err
-}
-
-const payoutColumns = `id, idempotency_key, coupon_id, use_id, vendor_id, amount_cents, provider_payout_id, order_id, recorded_at`
-
-func scanPayout(row pgx.Row) (payoutRecord, error) {
-	var p payoutRecord
-	err := row.Scan(&p.LedgerID, &p.IdempotencyKey, &p.CouponID, &p.UseID, &p.VendorID, &p.AmountCents,
-		&p.ProviderPayoutID, &p.OrderID, &p.RecordedAt)
-	return p, err
+	return store.LoadVendor(ctx, s.DB, id)
 }
 
 // ---- coupon types ----
 
-type couponType struct {
-	ID          string    `json:"id"`
-	VendorID    string    `json:"vendor_id"`
-	Name        string    `json:"name"`
-	Stock       int       `json:"stock"`
-	Issued      int       `json:"issued"`
-	Remaining   int       `json:"remaining"`
-	PayoutCents int64     `json:"payout_cents"`
-	CreatedAt   time.Time `json:"created_at"`
-}
+type couponType = store.CouponType
 
 type createCouponTypeRequest struct {
 	ID          string  `json:"id"`
@@ -198,11 +149,9 @@ func (s *server) createCouponType(c *gin.Context) {
 		writeError(c, http.StatusBadRequest, "invalid_field", "payout_cents must be between 1 and 1000000000", "payout_cents")
 		return
 	}
-	tag, err := s.DB.Exec(c, `
-		INSERT INTO coupon_types (id, vendor_id, name, stock, payout_cents) VALUES ($1, $2, $3, $4, $5)
-		ON CONFLICT (id) DO NOTHING`, req.ID, req.VendorID, strings.TrimSpace(*req.Name), *req.Stock, *req.PayoutCents)
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "23503" {
+	created, err := store.InsertCouponType(c, s.DB, store.CouponType{ID: req.ID, VendorID: req.VendorID,
+		Name: strings.TrimSpace(*req.Name), Stock: *req.Stock, PayoutCents: *req.PayoutCents})
+	if errors.Is(err, store.ErrVendorNotFound) {
 		writeError(c, http.StatusNotFound, "vendor_not_found", "no vendor with this id", "vendor_id")
 		return
 	}
@@ -210,7 +159,7 @@ func (s *server) createCouponType(c *gin.Context) {
 		s.internalError(c, err)
 		return
 	}
-	if tag.RowsAffected() == 0 {
+	if !created {
 		writeError(c, http.StatusConflict, "coupon_type_exists", "a coupon type with this id already exists", "id")
 		return
 	}
@@ -231,37 +180,12 @@ func (s *server) getCouponType(c *gin.Context) {
 }
 
 func (s *server) loadCouponType(ctx context.Context, id string) (couponType, error) {
-	var t couponType
-	err := s.DB.QueryRow(ctx, `
-		SELECT id, vendor_id, name, stock, issued, payout_cents, created_at FROM coupon_types WHERE id = $1`, id).
-		Scan(&t.ID, &t.VendorID, &t.Name, &t.Stock, &t.Issued, &t.PayoutCents, &t.CreatedAt)
-	t.Remaining = t.Stock - t.Issued
-	return t, err
+	return store.LoadCouponType(ctx, s.DB, id)
 }
 
 // ---- coupons ----
 
-type coupon struct {
-	ID             string        `json:"id"`
-	TypeID         string        `json:"type_id"`
-	VendorID       string        `json:"vendor_id,omitempty"`
-	UserID         string        `json:"user_id"`
-	Status         string        `json:"status"`
-	UseID          *string       `json:"use_id,omitempty"`
-	OrderID        *string       `json:"order_id,omitempty"`
-	WorkflowID     string        `json:"workflow_id"`
-	RunID          string        `json:"run_id"`
-	WorkflowURL    string        `json:"workflow_url,omitempty"`
-	UseWorkflowID  *string       `json:"use_workflow_id,omitempty"`
-	UseRunID       *string       `json:"use_run_id,omitempty"`
-	UseWorkflowURL string        `json:"use_workflow_url,omitempty"`
-	RequestedAt    *time.Time    `json:"requested_at,omitempty"`
-	IssuedAt       *time.Time    `json:"issued_at,omitempty"`
-	UsingAt        *time.Time    `json:"using_at,omitempty"`
-	UsedAt         *time.Time    `json:"used_at,omitempty"`
-	RevokedAt      *time.Time    `json:"revoked_at,omitempty"`
-	Payout         *payoutRecord `json:"payout,omitempty"`
-}
+type coupon = store.Coupon
 
 type issueRequest struct {
 	UserID string `json:"user_id"`
@@ -445,12 +369,8 @@ func (g *runGate) leave(typeID string) {
 // answerIssueFromDB answers a claim the database settles (see admitIssue)
 // and otherwise returns the stock left (-1 when it could not be read).
 func (s *server) answerIssueFromDB(c *gin.Context, typeID, userID string) (remaining int, answered bool) {
-	var stock, issued int
-	var holder *string
-	err := s.DB.QueryRow(c, `
-		SELECT t.stock, t.issued,
-		       (SELECT id FROM coupons WHERE type_id = t.id AND user_id = $2 AND status <> 'revoked')
-		FROM coupon_types t WHERE t.id = $1`, typeID, userID).Scan(&stock, &issued, &holder)
+	h, err := store.LoadCouponHolding(c, s.DB, typeID, userID)
+	stock, issued, holder := h.Stock, h.Issued, h.Held
 	var d workflows.CouponDecision
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
@@ -669,28 +589,13 @@ func (s *server) getCoupon(c *gin.Context) {
 }
 
 func (s *server) loadCoupon(ctx context.Context, id string) (coupon, error) {
-	var k coupon
-	err := s.DB.QueryRow(ctx, `
-		SELECT c.id, c.type_id, t.vendor_id, c.user_id, c.status, c.use_id, c.order_id, c.workflow_id, c.run_id,
-		       c.use_workflow_id, c.use_run_id, c.requested_at, c.issued_at, c.using_at, c.used_at, c.revoked_at
-		FROM coupons c JOIN coupon_types t ON t.id = c.type_id WHERE c.id = $1`, id).
-		Scan(&k.ID, &k.TypeID, &k.VendorID, &k.UserID, &k.Status, &k.UseID, &k.OrderID, &k.WorkflowID, &k.RunID,
-			&k.UseWorkflowID, &k.UseRunID, &k.RequestedAt, &k.IssuedAt, &k.UsingAt, &k.UsedAt, &k.RevokedAt)
+	k, err := store.LoadCoupon(ctx, s.DB, id)
 	if err != nil {
 		return k, err
 	}
 	k.WorkflowURL = s.runURL(k.WorkflowID, k.RunID)
 	if k.UseWorkflowID != nil && k.UseRunID != nil {
 		k.UseWorkflowURL = s.runURL(*k.UseWorkflowID, *k.UseRunID)
-	}
-	if k.Status == string(workflows.CouponUsed) {
-		p, err := scanPayout(s.DB.QueryRow(ctx, `SELECT `+payoutColumns+` FROM payouts WHERE coupon_id = $1`, id))
-		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-			return k, err
-		}
-		if err == nil {
-			k.Payout = &p
-		}
 	}
 	return k, nil
 }

@@ -27,6 +27,7 @@ import (
 
 	"github.com/claimflow/claimflow/internal/kafka"
 	"github.com/claimflow/claimflow/internal/notifysim"
+	"github.com/claimflow/claimflow/internal/store"
 	"github.com/claimflow/claimflow/workflows"
 )
 
@@ -454,25 +455,14 @@ func ClaimOf(eventType string, value []byte) string {
 }
 
 func loadNotifications(ctx context.Context, db *pgxpool.Pool, topics []string) (map[string]delivered, error) {
-	rows, err := db.Query(ctx, `
-		SELECT event_id, topic, kafka_partition, kafka_offset, message_key, path, seq, event_type, payload::text
-		FROM notifications WHERE topic = ANY($1)`, topics)
+	rows, err := store.ListNotifications(ctx, db, topics)
 	if err != nil {
-		return nil, fmt.Errorf("read notifications: %w", err)
+		return nil, err
 	}
-	defer rows.Close()
-	out := map[string]delivered{}
-	for rows.Next() {
-		var id, eventType, payload string
-		var d delivered
-		if err := rows.Scan(&id, &d.topic, &d.partition, &d.offset, &d.key, &d.path, &d.seq, &eventType, &payload); err != nil {
-			return nil, fmt.Errorf("read notifications: %w", err)
-		}
-		d.claim = ClaimOf(eventType, []byte(payload))
-		out[id] = d
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("read notifications: %w", err)
+	out := make(map[string]delivered, len(rows))
+	for _, n := range rows {
+		out[n.EventID] = delivered{topic: n.Topic, partition: n.Partition, offset: n.Offset, key: n.Key, path: n.Path,
+			seq: n.Seq, claim: ClaimOf(n.EventType, []byte(n.Payload))}
 	}
 	return out, nil
 }
@@ -480,23 +470,7 @@ func loadNotifications(ctx context.Context, db *pgxpool.Pool, topics []string) (
 // loadConsumeDeadLetters returns the status of each consumed event that was
 // dead-lettered.
 func loadConsumeDeadLetters(ctx context.Context, db *pgxpool.Pool, topics []string) (map[string]string, error) {
-	rows, err := db.Query(ctx, `SELECT event_id, status FROM dead_letters WHERE stage = 'consume' AND topic = ANY($1)`, topics)
-	if err != nil {
-		return nil, fmt.Errorf("read consume dead letters: %w", err)
-	}
-	defer rows.Close()
-	parked := map[string]string{}
-	for rows.Next() {
-		var id, status string
-		if err := rows.Scan(&id, &status); err != nil {
-			return nil, fmt.Errorf("read consume dead letters: %w", err)
-		}
-		parked[id] = status
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("read consume dead letters: %w", err)
-	}
-	return parked, nil
+	return store.ConsumeDeadLetterStatus(ctx, db, topics)
 }
 
 // WebhookLedger reads the deliveries of topics from a receiver that keeps a
