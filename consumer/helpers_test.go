@@ -1,14 +1,12 @@
 package consumer
 
 import (
-	"errors"
 	"log/slog"
 	"sync"
 	"testing"
 
 	"github.com/IBM/sarama"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"go.temporal.io/sdk/temporal"
 
 	"github.com/claimflow/claimflow/internal/store/pgtest"
 )
@@ -32,16 +30,6 @@ func testActivities(t *testing.T, db *pgxpool.Pool) *Activities {
 type acceptingProducer struct{}
 
 func (acceptingProducer) SendMessage(*sarama.ProducerMessage) (int32, int64, error) { return 0, 0, nil }
-
-// refusalOf returns the refusal type of an activity error ("" when err is
-// nil or not a refusal).
-func refusalOf(err error) string {
-	var appErr *temporal.ApplicationError
-	if errors.As(err, &appErr) && appErr.NonRetryable() {
-		return appErr.Type()
-	}
-	return ""
-}
 
 // concurrently runs fn(i) for i in [0, n) on n goroutines started together.
 func concurrently(n int, fn func(i int)) {

@@ -384,13 +384,19 @@ func failProduces(t *testing.T, s *stack, topic string) (remove func()) {
 // topicConfig is a topic's config value as the broker reports it ("" if
 // it cannot say).
 func topicConfig(admin sarama.ClusterAdmin, topic, name string) string {
-	entries, err := admin.DescribeConfig(sarama.ConfigResource{Type: sarama.TopicResource, Name: topic, ConfigNames: []string{name}})
+	results, err := admin.DescribeConfigs([]*sarama.ConfigResource{{Type: sarama.TopicResource, Name: topic, ConfigNames: []string{name}}},
+		sarama.DescribeConfigsOptions{})
 	if err != nil {
 		return ""
 	}
-	for _, e := range entries {
-		if e.Name == name {
-			return e.Value
+	for _, r := range results {
+		if r.Name != topic || r.ErrorCode != 0 {
+			continue
+		}
+		for _, e := range r.Configs {
+			if e.Name == name {
+				return e.Value
+			}
 		}
 	}
 	return ""
@@ -924,11 +930,11 @@ func TestRestartLosesNothing(t *testing.T) {
 		runs[wf] = run
 	}
 	for wf, run := range runs {
-		d, err := s2.Client.DescribeWorkflowExecution(ctx, wf, run)
+		d, err := s2.Client.DescribeWorkflow(ctx, wf, run)
 		if err != nil {
 			t.Fatalf("run %s/%s of a confirmed enrollment: %v", wf, run, err)
 		}
-		if st := d.WorkflowExecutionInfo.Status.String(); st != "Completed" {
+		if st := d.RawResponse.GetWorkflowExecutionInfo().GetStatus().String(); st != "Completed" {
 			t.Errorf("run %s/%s is %s", wf, run, st)
 		}
 	}

@@ -554,11 +554,11 @@ func runningDeliveries(ctx context.Context, tc client.Client, ids []string) map[
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			resp, err := tc.DescribeWorkflowExecution(ctx, workflows.DeliverEventWorkflowID(id), "")
+			resp, err := tc.DescribeWorkflow(ctx, workflows.DeliverEventWorkflowID(id), "")
 			if err != nil {
 				return
 			}
-			if resp.GetWorkflowExecutionInfo().GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+			if resp.RawResponse.GetWorkflowExecutionInfo().GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
 				mu.Lock()
 				out[id] = true
 				mu.Unlock()
