@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -201,11 +200,6 @@ func (s *server) issueCoupon(c *gin.Context) {
 	if !decodeJSON(c, &req) || !validID(c, "user_id", req.UserID) || !s.mayActFor(c, "user_id", req.UserID) {
 		return
 	}
-	release, answered := s.admitIssue(c, typeID, req.UserID)
-	if answered {
-		return
-	}
-	defer release()
 	couponID, err := uuid.NewV7()
 	if err != nil {
 		s.internalError(c, err)
@@ -251,151 +245,6 @@ func (s *server) issueCoupon(c *gin.Context) {
 	})
 }
 
-// Claims of one coupon type that are decided by runs at the same time, per
-// API process: at most the stock left, and at most maxIssueRunsPerType.
-const maxIssueRunsPerType = 32
-
-// admitIssue decides whether a claim needs a run. It answers at once, from
-// the database, the claims the database already settles: an unknown type, a
-// user who holds a coupon of the type, a sold-out type. The others start a
-// run, but no more at once per type than the stock left (a run beyond it
-// could only be refused) and than maxIssueRunsPerType (a hot type must not
-// swamp Temporal): a claim over the bound waits until a run of the type
-// ends, then looks again — usually to find the type sold out. When 1,000
-// users rush a stock of 100, about 100 runs decide the winners and every
-// other claim is answered here, quickly. This is only a read and a queue:
-// the run's conditional UPDATE stays the guard that never issues beyond the
-// stock (stock only comes back through an operator's revoke, so at worst a
-// claim racing a revoke is told sold_out). After DecisionTimeout of waiting,
-// or on a database error, the claim starts its run anyway and the run
-// decides. answered says the claim was answered; otherwise release must be
-// called once its run has decided.
-func (s *server) admitIssue(c *gin.Context, typeID, userID string) (release func(), answered bool) {
-	waitUntil := time.Now().Add(s.DecisionTimeout)
-	for {
-		remaining, answered := s.answerIssueFromDB(c, typeID, userID)
-		if answered {
-			return nil, true
-		}
-		if remaining < 0 || time.Now().After(waitUntil) {
-			return s.issueGate.enter(typeID), false
-		}
-		release, wait := s.issueGate.tryEnter(typeID, min(remaining, maxIssueRunsPerType))
-		if release != nil {
-			return release, false
-		}
-		select {
-		case <-wait:
-		case <-time.After(time.Until(waitUntil)):
-		case <-c.Request.Context().Done():
-			return s.issueGate.enter(typeID), false
-		}
-	}
-}
-
-// runGate counts, per key (a coupon type, a coupon), the runs this process
-// is waiting on. The zero value is ready to use.
-type runGate struct {
-	mu    sync.Mutex
-	types map[string]*typeRuns
-}
-
-type typeRuns struct {
-	inflight int
-	// ended is closed (and replaced) whenever a run of the type ends.
-	ended chan struct{}
-}
-
-// tryEnter admits a run if fewer than limit are in flight; otherwise it
-// returns a channel closed when one ends.
-func (g *runGate) tryEnter(typeID string, limit int) (release func(), wait <-chan struct{}) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	t := g.typeLocked(typeID)
-	if t.inflight >= limit {
-		return nil, t.ended
-	}
-	t.inflight++
-	return func() { g.leave(typeID) }, nil
-}
-
-// enter admits a run whatever the count.
-func (g *runGate) enter(typeID string) (release func()) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.typeLocked(typeID).inflight++
-	return func() { g.leave(typeID) }
-}
-
-// enterAlone waits until no run of key is in flight here, then admits one.
-func (g *runGate) enterAlone(ctx context.Context, key string) (release func(), err error) {
-	for {
-		release, wait := g.tryEnter(key, 1)
-		if release != nil {
-			return release, nil
-		}
-		select {
-		case <-wait:
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-	}
-}
-
-func (g *runGate) typeLocked(typeID string) *typeRuns {
-	if g.types == nil {
-		g.types = map[string]*typeRuns{}
-	}
-	t, ok := g.types[typeID]
-	if !ok {
-		t = &typeRuns{ended: make(chan struct{})}
-		g.types[typeID] = t
-	}
-	return t
-}
-
-func (g *runGate) leave(typeID string) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	t := g.types[typeID]
-	t.inflight--
-	close(t.ended)
-	t.ended = make(chan struct{})
-	if t.inflight == 0 {
-		delete(g.types, typeID)
-	}
-}
-
-// answerIssueFromDB answers a claim the database settles (see admitIssue)
-// and otherwise returns the stock left (-1 when it could not be read).
-func (s *server) answerIssueFromDB(c *gin.Context, typeID, userID string) (remaining int, answered bool) {
-	h, err := store.LoadCouponHolding(c, s.DB, typeID, userID)
-	stock, issued, holder := h.Stock, h.Issued, h.Held
-	var d workflows.CouponDecision
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		d = workflows.CouponDecision{Refusal: workflows.RefusalCouponTypeNotFound,
-			Message: fmt.Sprintf("coupon type %q does not exist", typeID)}
-	case err != nil:
-		return -1, false
-	case holder != nil:
-		d = workflows.CouponDecision{CouponID: *holder, Refusal: workflows.RefusalAlreadyIssued,
-			Message: fmt.Sprintf("user %q already holds a coupon of type %q", userID, typeID)}
-	case issued >= stock:
-		d = workflows.CouponDecision{Refusal: workflows.RefusalSoldOut, Message: fmt.Sprintf("coupon type %q is sold out", typeID)}
-	default:
-		return stock - issued, false
-	}
-	d.Status = workflows.CouponRefused
-	s.metrics.decided("IssueCoupon", string(d.Status), string(d.Refusal))
-	body := refusalBody(d)
-	if d.CouponID != "" {
-		body["coupon_id"] = d.CouponID
-	}
-	c.AbortWithStatusJSON(couponStatusOf(d.Refusal), body)
-	return 0, true
-}
-
 type useRequest struct {
 	UserID  string `json:"user_id"`
 	OrderID string `json:"order_id"`
@@ -427,19 +276,14 @@ func (s *server) useCoupon(c *gin.Context) {
 	if req.OrderID != "" && !validID(c, "order_id", req.OrderID) {
 		return
 	}
-	// Uses of one coupon take turns in this process. A double-click gains
-	// nothing from running in parallel, and concurrent updates to one run
-	// trip a Temporal server bug (temporalio/temporal#7741: a speculative
-	// workflow task fails with "premature end of stream") that has left
-	// updates unanswered until their deadline, or retried one into the next
-	// run where it was told already_used although it had used the coupon.
-	// The requests that queue behind a use are answered from the database.
-	release, err := s.useGate.enterAlone(c.Request.Context(), couponID)
-	if err != nil {
-		s.unavailable(c, fmt.Errorf("use coupon %s: gave up waiting for an earlier use to finish: %w", couponID, err))
-		return
-	}
-	defer release()
+	// Admission (not_owner, already_used, revoked) is the run's to decide:
+	// this read only names the coupon's type and vendor in the run's search
+	// attributes. Concurrent uses of one coupon, from this API or another
+	// replica, meet in its running run (USE_EXISTING below) and only one
+	// takes it (MarkCouponUsed's conditional UPDATE). Where concurrent
+	// updates of one run trip temporalio/temporal#7741 (an update left
+	// unanswered until its deadline), the request gets 503 with
+	// Retry-After; a retry carries a new use ID and is told the outcome.
 	current, err := s.loadCoupon(c, couponID)
 	if errors.Is(err, pgx.ErrNoRows) {
 		writeError(c, http.StatusNotFound, string(workflows.RefusalCouponNotFound), "no coupon with this id", "coupon_id")
@@ -447,11 +291,6 @@ func (s *server) useCoupon(c *gin.Context) {
 	}
 	if err != nil {
 		s.internalError(c, err)
-		return
-	}
-	if d, settled := settledUse(current, req.UserID); settled {
-		s.metrics.decided("UseCoupon", string(d.Status), string(d.Refusal))
-		answerUseRefusal(c, couponID, d)
 		return
 	}
 	useID, err := uuid.NewV7()
@@ -487,16 +326,6 @@ func (s *server) useCoupon(c *gin.Context) {
 		s.internalError(c, fmt.Errorf("use coupon %s for %s: %s", couponID, req.UserID, d.Message))
 		return
 	case workflows.CouponRefused:
-		if d.Refusal == workflows.RefusalAlreadyUsed {
-			// The database has the last word on who used the coupon: a
-			// request the client library retried into a later run is told
-			// already_used by that run although its own use succeeded.
-			if k, err := s.loadCoupon(c, couponID); err == nil && k.Status == string(workflows.CouponUsed) &&
-				k.UseID != nil && *k.UseID == ureq.UseID {
-				c.JSON(http.StatusOK, useAnswerFromDB(k))
-				return
-			}
-		}
 		answerUseRefusal(c, couponID, d)
 		return
 	}
@@ -516,26 +345,6 @@ func (s *server) useCoupon(c *gin.Context) {
 	c.JSON(http.StatusOK, answer)
 }
 
-// settledUse answers, from the coupon's row, a use that no run needs to
-// decide: the coupon is used or revoked.
-func settledUse(k coupon, userID string) (workflows.CouponDecision, bool) {
-	d := workflows.CouponDecision{CouponID: k.ID, Status: workflows.CouponRefused}
-	switch {
-	case k.Status != string(workflows.CouponUsed) && k.Status != string(workflows.CouponRevoked):
-		return d, false
-	case k.UserID != userID:
-		d.Refusal, d.Message = workflows.RefusalNotOwner, fmt.Sprintf("coupon %s belongs to another user", k.ID)
-	case k.Status == string(workflows.CouponRevoked):
-		d.Refusal, d.Message = workflows.RefusalCouponRevoked, fmt.Sprintf("coupon %s was revoked", k.ID)
-	default:
-		d.Refusal, d.Message = workflows.RefusalAlreadyUsed, fmt.Sprintf("coupon %s is already used", k.ID)
-	}
-	if k.UseID != nil {
-		d.UseID = *k.UseID
-	}
-	return d, true
-}
-
 func answerUseRefusal(c *gin.Context, couponID string, d workflows.CouponDecision) {
 	body := refusalBody(d)
 	body["coupon_id"] = couponID
@@ -545,21 +354,6 @@ func answerUseRefusal(c *gin.Context, couponID string, d workflows.CouponDecisio
 		body["coupon_status"] = string(workflows.CouponIssued)
 	}
 	c.AbortWithStatusJSON(couponStatusOf(d.Refusal), body)
-}
-
-// useAnswerFromDB is the answer to a use the database shows succeeded.
-func useAnswerFromDB(k coupon) useAnswer {
-	a := useAnswer{Status: k.Status, CouponID: k.ID, UserID: k.UserID, Payout: k.Payout, WorkflowURL: k.UseWorkflowURL}
-	if k.UseID != nil {
-		a.UseID = *k.UseID
-	}
-	if k.OrderID != nil {
-		a.OrderID = *k.OrderID
-	}
-	if k.UseWorkflowID != nil && k.UseRunID != nil {
-		a.WorkflowID, a.RunID = *k.UseWorkflowID, *k.UseRunID
-	}
-	return a
 }
 
 func refusalBody(d workflows.CouponDecision) gin.H {

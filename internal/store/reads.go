@@ -285,24 +285,6 @@ func LoadCoupon(ctx context.Context, db DB, id string) (Coupon, error) {
 	return k, nil
 }
 
-// CouponHolding is what the database says about a user's claim on a coupon
-// type: the stock, how much is issued, and the coupon the user holds.
-type CouponHolding struct {
-	Stock, Issued int
-	// Held is the ID of the user's coupon of the type that is not revoked.
-	Held *string
-}
-
-// LoadCouponHolding reads a coupon type's stock and the user's coupon of it.
-func LoadCouponHolding(ctx context.Context, db DB, typeID, userID string) (CouponHolding, error) {
-	var h CouponHolding
-	err := db.QueryRow(ctx, `
-		SELECT t.stock, t.issued,
-		       (SELECT id FROM coupons WHERE type_id = t.id AND user_id = $2 AND status <> '`+CouponRevoked+`')
-		FROM coupon_types t WHERE t.id = $1`, typeID, userID).Scan(&h.Stock, &h.Issued, &h.Held)
-	return h, err
-}
-
 // Notification is a row of notifications as the audit reads it.
 type Notification struct {
 	EventID   string
