@@ -36,9 +36,6 @@ type Activities struct {
 	Metrics  *Metrics
 	// Payouts reaches the vendors' payout API (coupon uses).
 	Payouts Payouts
-	// Sink delivers consumed events' notifications (DeliverNotification);
-	// nil means the notifications table alone.
-	Sink *Sink
 
 	// lastSendFailure is when a batch send last failed (Unix nanoseconds),
 	// for PublishBatchInput.FailFast.

@@ -1,7 +1,6 @@
 package activities
 
 import (
-	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -12,8 +11,6 @@ import (
 type Metrics struct {
 	publishSeconds *prometheus.HistogramVec
 	publishErrors  *prometheus.CounterVec
-	consumerLag    *prometheus.GaugeVec
-	consumed       *prometheus.CounterVec
 }
 
 // NewMetrics registers the activity metrics on reg.
@@ -29,24 +26,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Sends that Kafka did not acknowledge.",
 		}, []string{"topic"}),
 	}
-	m.consumerLag = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "claimflow_consumer_lag",
-		Help: "Records on the partition after the last batch this consumer made durable.",
-	}, []string{"topic", "partition"})
-	m.consumed = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "claimflow_consumer_records_total",
-		Help: "Records the consumer made durable (delivered, skipped as done, or handed to a DeliverEvent run).",
-	}, []string{"topic"})
-	reg.MustRegister(m.publishSeconds, m.publishErrors, m.consumerLag, m.consumed)
+	reg.MustRegister(m.publishSeconds, m.publishErrors)
 	return m
-}
-
-func (m *Metrics) observeConsumed(topic string, partition int32, lag int64, records int) {
-	if m == nil {
-		return
-	}
-	m.consumerLag.WithLabelValues(topic, strconv.Itoa(int(partition))).Set(float64(max(lag, 0)))
-	m.consumed.WithLabelValues(topic).Add(float64(records))
 }
 
 func (m *Metrics) observePublish(topic string, began time.Time, err error) {

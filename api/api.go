@@ -65,10 +65,6 @@ type server struct {
 	Config
 	metrics *metrics
 	batcher *claimBatcher
-	// issueGate bounds coupon issue runs in flight per type, useGate lets
-	// one use of a coupon run at a time (coupons.go).
-	issueGate runGate
-	useGate   runGate
 }
 
 // Handler is the API; Close stops its claim batcher after the HTTP server

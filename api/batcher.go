@@ -13,6 +13,7 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/claimflow/claimflow/internal/config"
 	"github.com/claimflow/claimflow/workflows"
 )
 
@@ -61,17 +62,19 @@ type claimResult struct {
 }
 
 func newClaimBatcher(t Temporal, log *slog.Logger, o BatchOptions, timeout time.Duration) *claimBatcher {
+	// Zero options take the environment's defaults (internal/config), so
+	// the API built by hand in a test batches as production does.
 	if o.MaxBatch <= 0 {
-		o.MaxBatch = 250
+		o.MaxBatch = config.DefaultClaimBatchMax
 	}
 	if o.InFlight <= 0 {
-		o.InFlight = 4
+		o.InFlight = config.DefaultClaimBatchInFlight
 	}
 	if o.QueueLimit <= 0 {
 		o.QueueLimit = 4 * o.MaxBatch * o.InFlight
 	}
 	if o.MaxAttrBytes <= 0 {
-		o.MaxAttrBytes = 2000
+		o.MaxAttrBytes = config.DefaultClaimBatchAttrBytes
 	}
 	b := &claimBatcher{
 		temporal: t, log: log, opts: o, timeout: timeout,

@@ -6,17 +6,16 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/gin-gonic/gin"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/claimflow/claimflow/internal/store"
 	"github.com/claimflow/claimflow/workflows"
 )
 
@@ -50,26 +49,9 @@ func newID(prefix string) string {
 
 // ---- vendors ----
 
-type vendor struct {
-	ID           string         `json:"id"`
-	Name         string         `json:"name"`
-	BalanceCents int64          `json:"balance_cents"`
-	PayoutCount  int            `json:"payout_count"`
-	Payouts      []payoutRecord `json:"payouts"`
-	CreatedAt    time.Time      `json:"created_at"`
-}
+type vendor = store.Vendor
 
-type payoutRecord struct {
-	LedgerID         int64     `json:"ledger_id"`
-	IdempotencyKey   string    `json:"idempotency_key"`
-	CouponID         string    `json:"coupon_id"`
-	UseID            string    `json:"use_id"`
-	VendorID         string    `json:"vendor_id"`
-	AmountCents      int64     `json:"amount_cents"`
-	ProviderPayoutID string    `json:"provider_payout_id"`
-	OrderID          *string   `json:"order_id,omitempty"`
-	RecordedAt       time.Time `json:"recorded_at"`
-}
+type payoutRecord = store.Payout
 
 type createVendorRequest struct {
 	ID   string  `json:"id"`
@@ -87,13 +69,12 @@ func (s *server) createVendor(c *gin.Context) {
 	if !validID(c, "id", req.ID) || !validName(c, req.Name) {
 		return
 	}
-	tag, err := s.DB.Exec(c, `INSERT INTO vendors (id, name) VALUES ($1, $2) ON CONFLICT (id) DO NOTHING`,
-		req.ID, strings.TrimSpace(*req.Name))
+	created, err := store.InsertVendor(c, s.DB, req.ID, strings.TrimSpace(*req.Name))
 	if err != nil {
 		s.internalError(c, err)
 		return
 	}
-	if tag.RowsAffected() == 0 {
+	if !created {
 		writeError(c, http.StatusConflict, "vendor_exists", "a vendor with this id already exists", "id")
 		return
 	}
@@ -127,43 +108,12 @@ func (s *server) getVendor(c *gin.Context) {
 
 // loadVendor returns the vendor with its balance and its latest 100 payouts.
 func (s *server) loadVendor(ctx context.Context, id string) (vendor, error) {
-	var v vendor
-	err := s.DB.QueryRow(ctx, `
-		SELECT id, name, balance_cents, created_at, (SELECT count(*) FROM payouts WHERE vendor_id = $1)
-		FROM vendors WHERE id = $1`, id).
-		Scan(&v.ID, &v.Name, &v.BalanceCents, &v.CreatedAt, &v.PayoutCount)
-	if err != nil {
-		return v, err
-	}
-	rows, err := s.DB.Query(ctx, `SELECT `+payoutColumns+` FROM payouts WHERE vendor_id = $1 ORDER BY id DESC LIMIT 100`, id)
-	if err != nil {
-		return v, err
-	}
-	v.Payouts, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (payoutRecord, error) { return scanPayout(r) })
-	return v, err
-}
-
-const payoutColumns = `id, idempotency_key, coupon_id, use_id, vendor_id, amount_cents, provider_payout_id, order_id, recorded_at`
-
-func scanPayout(row pgx.Row) (payoutRecord, error) {
-	var p payoutRecord
-	err := row.Scan(&p.LedgerID, &p.IdempotencyKey, &p.CouponID, &p.UseID, &p.VendorID, &p.AmountCents,
-		&p.ProviderPayoutID, &p.OrderID, &p.RecordedAt)
-	return p, err
+	return store.LoadVendor(ctx, s.DB, id)
 }
 
 // ---- coupon types ----
 
-type couponType struct {
-	ID          string    `json:"id"`
-	VendorID    string    `json:"vendor_id"`
-	Name        string    `json:"name"`
-	Stock       int       `json:"stock"`
-	Issued      int       `json:"issued"`
-	Remaining   int       `json:"remaining"`
-	PayoutCents int64     `json:"payout_cents"`
-	CreatedAt   time.Time `json:"created_at"`
-}
+type couponType = store.CouponType
 
 type createCouponTypeRequest struct {
 	ID          string  `json:"id"`
@@ -198,11 +148,9 @@ func (s *server) createCouponType(c *gin.Context) {
 		writeError(c, http.StatusBadRequest, "invalid_field", "payout_cents must be between 1 and 1000000000", "payout_cents")
 		return
 	}
-	tag, err := s.DB.Exec(c, `
-		INSERT INTO coupon_types (id, vendor_id, name, stock, payout_cents) VALUES ($1, $2, $3, $4, $5)
-		ON CONFLICT (id) DO NOTHING`, req.ID, req.VendorID, strings.TrimSpace(*req.Name), *req.Stock, *req.PayoutCents)
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "23503" {
+	created, err := store.InsertCouponType(c, s.DB, store.CouponType{ID: req.ID, VendorID: req.VendorID,
+		Name: strings.TrimSpace(*req.Name), Stock: *req.Stock, PayoutCents: *req.PayoutCents})
+	if errors.Is(err, store.ErrVendorNotFound) {
 		writeError(c, http.StatusNotFound, "vendor_not_found", "no vendor with this id", "vendor_id")
 		return
 	}
@@ -210,7 +158,7 @@ func (s *server) createCouponType(c *gin.Context) {
 		s.internalError(c, err)
 		return
 	}
-	if tag.RowsAffected() == 0 {
+	if !created {
 		writeError(c, http.StatusConflict, "coupon_type_exists", "a coupon type with this id already exists", "id")
 		return
 	}
@@ -231,37 +179,12 @@ func (s *server) getCouponType(c *gin.Context) {
 }
 
 func (s *server) loadCouponType(ctx context.Context, id string) (couponType, error) {
-	var t couponType
-	err := s.DB.QueryRow(ctx, `
-		SELECT id, vendor_id, name, stock, issued, payout_cents, created_at FROM coupon_types WHERE id = $1`, id).
-		Scan(&t.ID, &t.VendorID, &t.Name, &t.Stock, &t.Issued, &t.PayoutCents, &t.CreatedAt)
-	t.Remaining = t.Stock - t.Issued
-	return t, err
+	return store.LoadCouponType(ctx, s.DB, id)
 }
 
 // ---- coupons ----
 
-type coupon struct {
-	ID             string        `json:"id"`
-	TypeID         string        `json:"type_id"`
-	VendorID       string        `json:"vendor_id,omitempty"`
-	UserID         string        `json:"user_id"`
-	Status         string        `json:"status"`
-	UseID          *string       `json:"use_id,omitempty"`
-	OrderID        *string       `json:"order_id,omitempty"`
-	WorkflowID     string        `json:"workflow_id"`
-	RunID          string        `json:"run_id"`
-	WorkflowURL    string        `json:"workflow_url,omitempty"`
-	UseWorkflowID  *string       `json:"use_workflow_id,omitempty"`
-	UseRunID       *string       `json:"use_run_id,omitempty"`
-	UseWorkflowURL string        `json:"use_workflow_url,omitempty"`
-	RequestedAt    *time.Time    `json:"requested_at,omitempty"`
-	IssuedAt       *time.Time    `json:"issued_at,omitempty"`
-	UsingAt        *time.Time    `json:"using_at,omitempty"`
-	UsedAt         *time.Time    `json:"used_at,omitempty"`
-	RevokedAt      *time.Time    `json:"revoked_at,omitempty"`
-	Payout         *payoutRecord `json:"payout,omitempty"`
-}
+type coupon = store.Coupon
 
 type issueRequest struct {
 	UserID string `json:"user_id"`
@@ -277,11 +200,6 @@ func (s *server) issueCoupon(c *gin.Context) {
 	if !decodeJSON(c, &req) || !validID(c, "user_id", req.UserID) || !s.mayActFor(c, "user_id", req.UserID) {
 		return
 	}
-	release, answered := s.admitIssue(c, typeID, req.UserID)
-	if answered {
-		return
-	}
-	defer release()
 	couponID, err := uuid.NewV7()
 	if err != nil {
 		s.internalError(c, err)
@@ -327,155 +245,6 @@ func (s *server) issueCoupon(c *gin.Context) {
 	})
 }
 
-// Claims of one coupon type that are decided by runs at the same time, per
-// API process: at most the stock left, and at most maxIssueRunsPerType.
-const maxIssueRunsPerType = 32
-
-// admitIssue decides whether a claim needs a run. It answers at once, from
-// the database, the claims the database already settles: an unknown type, a
-// user who holds a coupon of the type, a sold-out type. The others start a
-// run, but no more at once per type than the stock left (a run beyond it
-// could only be refused) and than maxIssueRunsPerType (a hot type must not
-// swamp Temporal): a claim over the bound waits until a run of the type
-// ends, then looks again — usually to find the type sold out. When 1,000
-// users rush a stock of 100, about 100 runs decide the winners and every
-// other claim is answered here, quickly. This is only a read and a queue:
-// the run's conditional UPDATE stays the guard that never issues beyond the
-// stock (stock only comes back through an operator's revoke, so at worst a
-// claim racing a revoke is told sold_out). After DecisionTimeout of waiting,
-// or on a database error, the claim starts its run anyway and the run
-// decides. answered says the claim was answered; otherwise release must be
-// called once its run has decided.
-func (s *server) admitIssue(c *gin.Context, typeID, userID string) (release func(), answered bool) {
-	waitUntil := time.Now().Add(s.DecisionTimeout)
-	for {
-		remaining, answered := s.answerIssueFromDB(c, typeID, userID)
-		if answered {
-			return nil, true
-		}
-		if remaining < 0 || time.Now().After(waitUntil) {
-			return s.issueGate.enter(typeID), false
-		}
-		release, wait := s.issueGate.tryEnter(typeID, min(remaining, maxIssueRunsPerType))
-		if release != nil {
-			return release, false
-		}
-		select {
-		case <-wait:
-		case <-time.After(time.Until(waitUntil)):
-		case <-c.Request.Context().Done():
-			return s.issueGate.enter(typeID), false
-		}
-	}
-}
-
-// runGate counts, per key (a coupon type, a coupon), the runs this process
-// is waiting on. The zero value is ready to use.
-type runGate struct {
-	mu    sync.Mutex
-	types map[string]*typeRuns
-}
-
-type typeRuns struct {
-	inflight int
-	// ended is closed (and replaced) whenever a run of the type ends.
-	ended chan struct{}
-}
-
-// tryEnter admits a run if fewer than limit are in flight; otherwise it
-// returns a channel closed when one ends.
-func (g *runGate) tryEnter(typeID string, limit int) (release func(), wait <-chan struct{}) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	t := g.typeLocked(typeID)
-	if t.inflight >= limit {
-		return nil, t.ended
-	}
-	t.inflight++
-	return func() { g.leave(typeID) }, nil
-}
-
-// enter admits a run whatever the count.
-func (g *runGate) enter(typeID string) (release func()) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.typeLocked(typeID).inflight++
-	return func() { g.leave(typeID) }
-}
-
-// enterAlone waits until no run of key is in flight here, then admits one.
-func (g *runGate) enterAlone(ctx context.Context, key string) (release func(), err error) {
-	for {
-		release, wait := g.tryEnter(key, 1)
-		if release != nil {
-			return release, nil
-		}
-		select {
-		case <-wait:
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-	}
-}
-
-func (g *runGate) typeLocked(typeID string) *typeRuns {
-	if g.types == nil {
-		g.types = map[string]*typeRuns{}
-	}
-	t, ok := g.types[typeID]
-	if !ok {
-		t = &typeRuns{ended: make(chan struct{})}
-		g.types[typeID] = t
-	}
-	return t
-}
-
-func (g *runGate) leave(typeID string) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	t := g.types[typeID]
-	t.inflight--
-	close(t.ended)
-	t.ended = make(chan struct{})
-	if t.inflight == 0 {
-		delete(g.types, typeID)
-	}
-}
-
-// answerIssueFromDB answers a claim the database settles (see admitIssue)
-// and otherwise returns the stock left (-1 when it could not be read).
-func (s *server) answerIssueFromDB(c *gin.Context, typeID, userID string) (remaining int, answered bool) {
-	var stock, issued int
-	var holder *string
-	err := s.DB.QueryRow(c, `
-		SELECT t.stock, t.issued,
-		       (SELECT id FROM coupons WHERE type_id = t.id AND user_id = $2 AND status <> 'revoked')
-		FROM coupon_types t WHERE t.id = $1`, typeID, userID).Scan(&stock, &issued, &holder)
-	var d workflows.CouponDecision
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		d = workflows.CouponDecision{Refusal: workflows.RefusalCouponTypeNotFound,
-			Message: fmt.Sprintf("coupon type %q does not exist", typeID)}
-	case err != nil:
-		return -1, false
-	case holder != nil:
-		d = workflows.CouponDecision{CouponID: *holder, Refusal: workflows.RefusalAlreadyIssued,
-			Message: fmt.Sprintf("user %q already holds a coupon of type %q", userID, typeID)}
-	case issued >= stock:
-		d = workflows.CouponDecision{Refusal: workflows.RefusalSoldOut, Message: fmt.Sprintf("coupon type %q is sold out", typeID)}
-	default:
-		return stock - issued, false
-	}
-	d.Status = workflows.CouponRefused
-	s.metrics.decided("IssueCoupon", string(d.Status), string(d.Refusal))
-	body := refusalBody(d)
-	if d.CouponID != "" {
-		body["coupon_id"] = d.CouponID
-	}
-	c.AbortWithStatusJSON(couponStatusOf(d.Refusal), body)
-	return 0, true
-}
-
 type useRequest struct {
 	UserID  string `json:"user_id"`
 	OrderID string `json:"order_id"`
@@ -507,19 +276,14 @@ func (s *server) useCoupon(c *gin.Context) {
 	if req.OrderID != "" && !validID(c, "order_id", req.OrderID) {
 		return
 	}
-	// Uses of one coupon take turns in this process. A double-click gains
-	// nothing from running in parallel, and concurrent updates to one run
-	// trip a Temporal server bug (temporalio/temporal#7741: a speculative
-	// workflow task fails with "premature end of stream") that has left
-	// updates unanswered until their deadline, or retried one into the next
-	// run where it was told already_used although it had used the coupon.
-	// The requests that queue behind a use are answered from the database.
-	release, err := s.useGate.enterAlone(c.Request.Context(), couponID)
-	if err != nil {
-		s.unavailable(c, fmt.Errorf("use coupon %s: gave up waiting for an earlier use to finish: %w", couponID, err))
-		return
-	}
-	defer release()
+	// Admission (not_owner, already_used, revoked) is the run's to decide:
+	// this read only names the coupon's type and vendor in the run's search
+	// attributes. Concurrent uses of one coupon, from this API or another
+	// replica, meet in its running run (USE_EXISTING below) and only one
+	// takes it (MarkCouponUsed's conditional UPDATE). Where concurrent
+	// updates of one run trip temporalio/temporal#7741 (an update left
+	// unanswered until its deadline), the request gets 503 with
+	// Retry-After; a retry carries a new use ID and is told the outcome.
 	current, err := s.loadCoupon(c, couponID)
 	if errors.Is(err, pgx.ErrNoRows) {
 		writeError(c, http.StatusNotFound, string(workflows.RefusalCouponNotFound), "no coupon with this id", "coupon_id")
@@ -527,11 +291,6 @@ func (s *server) useCoupon(c *gin.Context) {
 	}
 	if err != nil {
 		s.internalError(c, err)
-		return
-	}
-	if d, settled := settledUse(current, req.UserID); settled {
-		s.metrics.decided("UseCoupon", string(d.Status), string(d.Refusal))
-		answerUseRefusal(c, couponID, d)
 		return
 	}
 	useID, err := uuid.NewV7()
@@ -567,16 +326,6 @@ func (s *server) useCoupon(c *gin.Context) {
 		s.internalError(c, fmt.Errorf("use coupon %s for %s: %s", couponID, req.UserID, d.Message))
 		return
 	case workflows.CouponRefused:
-		if d.Refusal == workflows.RefusalAlreadyUsed {
-			// The database has the last word on who used the coupon: a
-			// request the client library retried into a later run is told
-			// already_used by that run although its own use succeeded.
-			if k, err := s.loadCoupon(c, couponID); err == nil && k.Status == string(workflows.CouponUsed) &&
-				k.UseID != nil && *k.UseID == ureq.UseID {
-				c.JSON(http.StatusOK, useAnswerFromDB(k))
-				return
-			}
-		}
 		answerUseRefusal(c, couponID, d)
 		return
 	}
@@ -596,26 +345,6 @@ func (s *server) useCoupon(c *gin.Context) {
 	c.JSON(http.StatusOK, answer)
 }
 
-// settledUse answers, from the coupon's row, a use that no run needs to
-// decide: the coupon is used or revoked.
-func settledUse(k coupon, userID string) (workflows.CouponDecision, bool) {
-	d := workflows.CouponDecision{CouponID: k.ID, Status: workflows.CouponRefused}
-	switch {
-	case k.Status != string(workflows.CouponUsed) && k.Status != string(workflows.CouponRevoked):
-		return d, false
-	case k.UserID != userID:
-		d.Refusal, d.Message = workflows.RefusalNotOwner, fmt.Sprintf("coupon %s belongs to another user", k.ID)
-	case k.Status == string(workflows.CouponRevoked):
-		d.Refusal, d.Message = workflows.RefusalCouponRevoked, fmt.Sprintf("coupon %s was revoked", k.ID)
-	default:
-		d.Refusal, d.Message = workflows.RefusalAlreadyUsed, fmt.Sprintf("coupon %s is already used", k.ID)
-	}
-	if k.UseID != nil {
-		d.UseID = *k.UseID
-	}
-	return d, true
-}
-
 func answerUseRefusal(c *gin.Context, couponID string, d workflows.CouponDecision) {
 	body := refusalBody(d)
 	body["coupon_id"] = couponID
@@ -625,21 +354,6 @@ func answerUseRefusal(c *gin.Context, couponID string, d workflows.CouponDecisio
 		body["coupon_status"] = string(workflows.CouponIssued)
 	}
 	c.AbortWithStatusJSON(couponStatusOf(d.Refusal), body)
-}
-
-// useAnswerFromDB is the answer to a use the database shows succeeded.
-func useAnswerFromDB(k coupon) useAnswer {
-	a := useAnswer{Status: k.Status, CouponID: k.ID, UserID: k.UserID, Payout: k.Payout, WorkflowURL: k.UseWorkflowURL}
-	if k.UseID != nil {
-		a.UseID = *k.UseID
-	}
-	if k.OrderID != nil {
-		a.OrderID = *k.OrderID
-	}
-	if k.UseWorkflowID != nil && k.UseRunID != nil {
-		a.WorkflowID, a.RunID = *k.UseWorkflowID, *k.UseRunID
-	}
-	return a
 }
 
 func refusalBody(d workflows.CouponDecision) gin.H {
@@ -669,28 +383,13 @@ func (s *server) getCoupon(c *gin.Context) {
 }
 
 func (s *server) loadCoupon(ctx context.Context, id string) (coupon, error) {
-	var k coupon
-	err := s.DB.QueryRow(ctx, `
-		SELECT c.id, c.type_id, t.vendor_id, c.user_id, c.status, c.use_id, c.order_id, c.workflow_id, c.run_id,
-		       c.use_workflow_id, c.use_run_id, c.requested_at, c.issued_at, c.using_at, c.used_at, c.revoked_at
-		FROM coupons c JOIN coupon_types t ON t.id = c.type_id WHERE c.id = $1`, id).
-		Scan(&k.ID, &k.TypeID, &k.VendorID, &k.UserID, &k.Status, &k.UseID, &k.OrderID, &k.WorkflowID, &k.RunID,
-			&k.UseWorkflowID, &k.UseRunID, &k.RequestedAt, &k.IssuedAt, &k.UsingAt, &k.UsedAt, &k.RevokedAt)
+	k, err := store.LoadCoupon(ctx, s.DB, id)
 	if err != nil {
 		return k, err
 	}
 	k.WorkflowURL = s.runURL(k.WorkflowID, k.RunID)
 	if k.UseWorkflowID != nil && k.UseRunID != nil {
 		k.UseWorkflowURL = s.runURL(*k.UseWorkflowID, *k.UseRunID)
-	}
-	if k.Status == string(workflows.CouponUsed) {
-		p, err := scanPayout(s.DB.QueryRow(ctx, `SELECT `+payoutColumns+` FROM payouts WHERE coupon_id = $1`, id))
-		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-			return k, err
-		}
-		if err == nil {
-			k.Payout = &p
-		}
 	}
 	return k, nil
 }

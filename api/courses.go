@@ -4,21 +4,13 @@ import (
 	"context"
 	"net/http"
 	"strings"
-	"time"
 
+	"github.com/claimflow/claimflow/internal/store"
 	"github.com/gin-gonic/gin"
 	"github.com/google/uuid"
 )
 
-type course struct {
-	ID        string    `json:"id"`
-	Title     string    `json:"title"`
-	Capacity  int       `json:"capacity"`
-	Credits   int       `json:"credits"`
-	Enrolled  int       `json:"enrolled"`
-	Available int       `json:"available"`
-	CreatedAt time.Time `json:"created_at"`
-}
+type course = store.Course
 
 type createCourseRequest struct {
 	ID       string  `json:"id"`
@@ -57,14 +49,12 @@ func (s *server) createCourse(c *gin.Context) {
 		writeError(c, http.StatusBadRequest, "invalid_field", "credits must be between 0 and 100", "credits")
 		return
 	}
-	tag, err := s.DB.Exec(c, `
-		INSERT INTO courses (id, title, capacity, credits) VALUES ($1, $2, $3, $4)
-		ON CONFLICT (id) DO NOTHING`, req.ID, strings.TrimSpace(*req.Title), *req.Capacity, req.Credits)
+	created, err := store.InsertCourse(c, s.DB, req.ID, strings.TrimSpace(*req.Title), *req.Capacity, req.Credits)
 	if err != nil {
 		s.internalError(c, err)
 		return
 	}
-	if tag.RowsAffected() == 0 {
+	if !created {
 		writeError(c, http.StatusConflict, "course_exists", "a course with this id already exists", "id")
 		return
 	}
@@ -85,9 +75,5 @@ func (s *server) getCourse(c *gin.Context) {
 }
 
 func (s *server) loadCourse(ctx context.Context, id string) (course, error) {
-	var got course
-	err := s.DB.QueryRow(ctx, `SELECT id, title, capacity, credits, enrolled, created_at FROM courses WHERE id = $1`, id).
-		Scan(&got.ID, &got.Title, &got.Capacity, &got.Credits, &got.Enrolled, &got.CreatedAt)
-	got.Available = got.Capacity - got.Enrolled
-	return got, err
+	return store.LoadCourse(ctx, s.DB, id)
 }

@@ -1,47 +1,19 @@
 package api
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
-	"time"
 
 	"github.com/gin-gonic/gin"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/claimflow/claimflow/internal/store"
 	"github.com/claimflow/claimflow/workflows"
 )
 
-type deadLetter struct {
-	ID           int64           `json:"id"`
-	EventID      string          `json:"event_id"`
-	EventType    string          `json:"event_type"`
-	Topic        string          `json:"topic"`
-	Key          string          `json:"key"`
-	Payload      json.RawMessage `json:"payload"`
-	WorkflowID   string          `json:"workflow_id"`
-	RunID        string          `json:"run_id"`
-	WorkflowURL  string          `json:"workflow_url,omitempty"`
-	EnrollmentID *string         `json:"enrollment_id,omitempty"`
-	Stage        string          `json:"stage"` // publish (a saga's event) or consume (a notification)
-	Error        string          `json:"error"`
-	Rounds       int             `json:"rounds"`
-	Status       string          `json:"status"`
-	CreatedAt    time.Time       `json:"created_at"`
-	UpdatedAt    time.Time       `json:"updated_at"`
-}
-
-const deadLetterColumns = `id, event_id, event_type, topic, message_key, payload, workflow_id, run_id,
-	enrollment_id, stage, error, rounds, status, created_at, updated_at`
-
-func scanDeadLetter(row pgx.Row) (deadLetter, error) {
-	var d deadLetter
-	err := row.Scan(&d.ID, &d.EventID, &d.EventType, &d.Topic, &d.Key, &d.Payload, &d.WorkflowID, &d.RunID,
-		&d.EnrollmentID, &d.Stage, &d.Error, &d.Rounds, &d.Status, &d.CreatedAt, &d.UpdatedAt)
-	return d, err
-}
+type deadLetter = store.DeadLetter
 
 var deadLetterStates = map[string]bool{
 	string(workflows.DeadLetterOpen): true, string(workflows.DeadLetterRetrying): true,
@@ -65,17 +37,11 @@ func (s *server) listDeadLetters(c *gin.Context) {
 		limit = n
 	}
 	stage := c.Query("stage")
-	if stage != "" && stage != "publish" && stage != "consume" {
+	if stage != "" && stage != store.StagePublish && stage != store.StageConsume {
 		writeError(c, http.StatusBadRequest, "invalid_field", "stage must be publish or consume", "stage")
 		return
 	}
-	rows, err := s.DB.Query(c, `SELECT `+deadLetterColumns+` FROM dead_letters
-		WHERE ($1 = '' OR status = $1) AND ($3 = '' OR stage = $3) ORDER BY id DESC LIMIT $2`, status, limit, stage)
-	if err != nil {
-		s.internalError(c, err)
-		return
-	}
-	items, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (deadLetter, error) { return scanDeadLetter(r) })
+	items, err := store.ListDeadLetters(c, s.DB, status, stage, limit)
 	if err != nil {
 		s.internalError(c, err)
 		return
@@ -92,7 +58,7 @@ func (s *server) loadDeadLetter(c *gin.Context) (deadLetter, bool) {
 		writeError(c, http.StatusBadRequest, "invalid_field", "id must be a positive integer", "id")
 		return deadLetter{}, false
 	}
-	d, err := scanDeadLetter(s.DB.QueryRow(c, `SELECT `+deadLetterColumns+` FROM dead_letters WHERE id = $1`, id))
+	d, err := store.LoadDeadLetter(c, s.DB, id)
 	if errors.Is(err, pgx.ErrNoRows) {
 		writeError(c, http.StatusNotFound, "dead_letter_not_found", "no dead letter with this id", "id")
 		return d, false

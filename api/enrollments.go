@@ -14,24 +14,11 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/claimflow/claimflow/internal/store"
 	"github.com/claimflow/claimflow/workflows"
 )
 
-type enrollment struct {
-	ID          string     `json:"id"`
-	CourseID    string     `json:"course_id"`
-	StudentID   string     `json:"student_id"`
-	Status      string     `json:"status"`
-	WorkflowID  string     `json:"workflow_id"`
-	RunID       string     `json:"run_id"`
-	WorkflowURL string     `json:"workflow_url,omitempty"`
-	RequestedAt *time.Time `json:"requested_at,omitempty"`
-	RecordedAt  *time.Time `json:"recorded_at,omitempty"`
-	PublishedAt *time.Time `json:"published_at,omitempty"`
-	ConfirmedAt *time.Time `json:"confirmed_at,omitempty"`
-	CancelledAt *time.Time `json:"cancelled_at,omitempty"`
-	FailedAt    *time.Time `json:"failed_at,omitempty"`
-}
+type enrollment = store.Enrollment
 
 type enrollRequest struct {
 	StudentID string `json:"student_id"`
@@ -193,14 +180,7 @@ func (s *server) getEnrollment(c *gin.Context) {
 }
 
 func (s *server) loadEnrollment(ctx context.Context, id string) (enrollment, error) {
-	var e enrollment
-	err := s.DB.QueryRow(ctx, `
-		SELECT id, course_id, student_id, status, workflow_id, run_id,
-		       requested_at, recorded_at, published_at, confirmed_at, cancelled_at, failed_at
-		FROM enrollments WHERE id = $1`, id).
-		Scan(&e.ID, &e.CourseID, &e.StudentID, &e.Status, &e.WorkflowID, &e.RunID,
-			&e.RequestedAt, &e.RecordedAt, &e.PublishedAt, &e.ConfirmedAt, &e.CancelledAt, &e.FailedAt)
-	return e, err
+	return store.LoadEnrollment(ctx, s.DB, id)
 }
 
 func (s *server) cancelEnrollment(c *gin.Context) {

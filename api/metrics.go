@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/claimflow/claimflow/internal/store"
 	"github.com/gin-gonic/gin"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -38,8 +39,8 @@ func newMetrics(s *server) *metrics {
 	}, func() float64 {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
-		var n int64
-		if err := s.DB.QueryRow(ctx, `SELECT count(*) FROM dead_letters WHERE status = 'open'`).Scan(&n); err != nil {
+		n, err := store.OpenDeadLetters(ctx, s.DB)
+		if err != nil {
 			return -1 // visible on the dashboard as "unknown"
 		}
 		return float64(n)

@@ -9,9 +9,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"go/ast"
-	"go/parser"
-	"go/token"
 	"io"
 	"maps"
 	"net"
@@ -29,12 +26,13 @@ import (
 	"github.com/compose-spec/compose-go/v2/types"
 	"go.yaml.in/yaml/v4"
 
+	"github.com/claimflow/claimflow/internal/config"
+	"github.com/claimflow/claimflow/internal/kafka"
 	"github.com/claimflow/claimflow/workflows"
 )
 
 const (
 	composeFile      = "docker-compose.yml"
-	configGo         = "../cmd/claimflow/config.go"
 	clusterProfile   = "kafka-cluster"
 	brokersOverride  = "CLAIMFLOW_KAFKA_BROKERS"
 	appDockerfile    = "deploy/Dockerfile"
@@ -90,48 +88,16 @@ func projects(t *testing.T) map[string]*types.Project {
 	}
 }
 
-// knownEnvVars returns the envVars slice of cmd/claimflow/config.go: the
-// variables the binary reads, the only ones compose and k8s may set for it.
+// knownEnvVars are the variables the binary reads (internal/config), the
+// only ones compose and k8s may set for it.
 func knownEnvVars(t *testing.T) map[string]bool {
 	t.Helper()
-	f, err := parser.ParseFile(token.NewFileSet(), configGo, nil, parser.SkipObjectResolution)
-	if err != nil {
-		t.Fatalf("parse %s: %v", configGo, err)
-	}
 	vars := map[string]bool{}
-	found := false
-	for _, decl := range f.Decls {
-		gd, ok := decl.(*ast.GenDecl)
-		if !ok || gd.Tok != token.VAR {
-			continue
-		}
-		for _, spec := range gd.Specs {
-			vs := spec.(*ast.ValueSpec)
-			for i, name := range vs.Names {
-				if name.Name != "envVars" || i >= len(vs.Values) {
-					continue
-				}
-				lit, ok := vs.Values[i].(*ast.CompositeLit)
-				if !ok {
-					t.Fatalf("%s: envVars is not a composite literal", configGo)
-				}
-				found = true
-				for _, elt := range lit.Elts {
-					bl, ok := elt.(*ast.BasicLit)
-					if !ok || bl.Kind != token.STRING {
-						t.Fatalf("%s: envVars element %T is not a string literal", configGo, elt)
-					}
-					s, err := strconv.Unquote(bl.Value)
-					if err != nil {
-						t.Fatal(err)
-					}
-					vars[s] = true
-				}
-			}
-		}
+	for _, name := range config.Names() {
+		vars[name] = true
 	}
-	if !found || len(vars) == 0 {
-		t.Fatalf("%s: no envVars string slice found", configGo)
+	if len(vars) == 0 {
+		t.Fatal("config.Names() is empty")
 	}
 	return vars
 }
@@ -206,7 +172,7 @@ func TestComposeAppEnvIsKnownToTheBinary(t *testing.T) {
 			}
 			for key := range s.Environment {
 				if !known[key] {
-					t.Errorf("%s: %s sets %s, which cmd/claimflow does not read (envVars: %v)", name, svc, key, mapKeys(known))
+					t.Errorf("%s: %s sets %s, which claimflow does not read (config.Names(): %v)", name, svc, key, mapKeys(known))
 				}
 			}
 		}
@@ -401,10 +367,23 @@ func TestComposeSetupMatchesCode(t *testing.T) {
 				}
 				continue
 			}
+			// Every topic of the one list (internal/kafka) exists before the
+			// services start; kafka-init creates all with PARTITIONS, which
+			// must give each event topic the partitions the list says (a
+			// dead-letter topic may have more: its order does not matter).
 			topics, _ := envValue(s, "TOPICS")
-			for _, want := range []string{workflows.EnrollmentTopic, workflows.EnrollmentDLTTopic} {
-				if !slices.Contains(strings.Fields(topics), want) {
-					t.Errorf("%s: %s does not create topic %s (TOPICS=%q)", name, init, want, topics)
+			for _, want := range kafka.AllTopics(1) {
+				if !slices.Contains(strings.Fields(topics), want.Name) {
+					t.Errorf("%s: %s does not create topic %s (TOPICS=%q)", name, init, want.Name, topics)
+				}
+			}
+			partitions, _ := envValue(s, "PARTITIONS")
+			for _, et := range kafka.EventTopics {
+				if partitions != strconv.Itoa(int(et.Partitions)) {
+					t.Errorf("%s: %s creates %s with PARTITIONS=%q, the topic list says %d", name, init, et.Name, partitions, et.Partitions)
+				}
+				if n, err := strconv.Atoi(partitions); err != nil || int32(n) < et.DLTPartitions {
+					t.Errorf("%s: %s creates %s with PARTITIONS=%q, fewer than the list's %d", name, init, et.DLT, partitions, et.DLTPartitions)
 				}
 			}
 		}

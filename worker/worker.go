@@ -26,7 +26,7 @@ type Options struct {
 
 // New builds a worker with every workflow and activity registered: the
 // sagas' activities from sagas, the event consumer's durable path from
-// delivery (today both are *activities.Activities). Start it with Start, or
+// delivery (*consumer.Activities, the event consumer's own struct). Start it with Start, or
 // Run to block until interrupted.
 func New(c client.Client, sagas SagaActivities, delivery DeliveryActivities, o Options) sdkworker.Worker {
 	w := sdkworker.New(c, workflows.TaskQueue, sdkworker.Options{

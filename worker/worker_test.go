@@ -19,6 +19,7 @@ import (
 	"go.temporal.io/sdk/testsuite"
 
 	"github.com/claimflow/claimflow/activities"
+	claimconsumer "github.com/claimflow/claimflow/consumer"
 	"github.com/claimflow/claimflow/workflows"
 )
 
@@ -66,8 +67,8 @@ func TestRegisterActivities(t *testing.T) {
 		name     string
 		delivery DeliveryActivities
 	}{
-		{name: "one struct implements every group", delivery: sagas},
-		{name: "the consumer's activities on a struct of their own", delivery: &consumer{}},
+		{name: "the consumer package's activities", delivery: &claimconsumer.Activities{}},
+		{name: "any struct with the delivery methods", delivery: &consumer{}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -6,19 +6,15 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
-	"os"
-	"path/filepath"
-	"strconv"
-	"strings"
 	"time"
 
-	"github.com/golang-jwt/jwt/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.temporal.io/sdk/client"
 	temporallog "go.temporal.io/sdk/log"
 
-	"github.com/claimflow/claimflow/activities"
 	"github.com/claimflow/claimflow/api"
+	"github.com/claimflow/claimflow/internal/config"
+	"github.com/claimflow/claimflow/internal/kafka"
 )
 
 // benchEnv is what the bench reads from the environment: the same names and
@@ -44,50 +40,33 @@ type benchEnv struct {
 	LogFormat string
 }
 
-// envNames lists every variable the bench reads, for its usage text.
-var envNames = []string{
-	"DATABASE_URL", "TEMPORAL_ADDRESS", "TEMPORAL_NAMESPACE", "KAFKA_BROKERS", "KAFKA_VERSION",
-	"HTTP_ADDR", "WORKER_MAX_ACTIVITIES", "AUTH_MODE", "JWT_SECRET", "JWT_ISSUER", "JWT_AUDIENCE",
-	"LOG_LEVEL", "LOG_FORMAT",
-}
-
+// loadEnv reads the bench's settings through claimflow's own configuration
+// (internal/config), so names and defaults have one source and the bench
+// finds 'claimflow dev' with no setup.
 func loadEnv() (benchEnv, error) {
-	e := benchEnv{
-		DatabaseURL:     envOr("DATABASE_URL", "postgres://claimflow@127.0.0.1:55432/claimflow?sslmode=disable"),
-		TemporalAddress: envOr("TEMPORAL_ADDRESS", "127.0.0.1:7233"),
-		Namespace:       envOr("TEMPORAL_NAMESPACE", "default"),
-		KafkaBrokers:    strings.Split(envOr("KAFKA_BROKERS", "127.0.0.1:9092"), ","),
-		KafkaVersion:    os.Getenv("KAFKA_VERSION"),
-		HTTPAddr:        envOr("HTTP_ADDR", "127.0.0.1:8080"),
-		AuthMode:        strings.ToLower(envOr("AUTH_MODE", "hs256")),
-		JWTSecret:       os.Getenv("JWT_SECRET"),
-		Issuer:          os.Getenv("JWT_ISSUER"),
-		Audience:        os.Getenv("JWT_AUDIENCE"),
-		LogFormat:       envOr("LOG_FORMAT", "json"),
+	cfg, err := config.Load()
+	if err != nil {
+		return benchEnv{}, err
 	}
-	n, err := strconv.Atoi(envOr("WORKER_MAX_ACTIVITIES", "200"))
-	if err != nil || n < 1 {
-		return e, fmt.Errorf("WORKER_MAX_ACTIVITIES must be a positive integer, got %q", os.Getenv("WORKER_MAX_ACTIVITIES"))
-	}
-	e.MaxActivities = n
-	if err := e.LogLevel.UnmarshalText([]byte(envOr("LOG_LEVEL", "info"))); err != nil {
-		return e, fmt.Errorf("LOG_LEVEL: %w", err)
-	}
-	if e.LogFormat != "json" && e.LogFormat != "text" {
-		return e, fmt.Errorf("LOG_FORMAT must be json or text, got %q", e.LogFormat)
-	}
-	return e, nil
+	return benchEnv{
+		DatabaseURL:     cfg.DatabaseURL,
+		TemporalAddress: cfg.TemporalAddress,
+		Namespace:       cfg.Namespace,
+		KafkaBrokers:    cfg.KafkaBrokers,
+		KafkaVersion:    cfg.KafkaVersion,
+		HTTPAddr:        cfg.HTTPAddr,
+		MaxActivities:   cfg.MaxActivities,
+		AuthMode:        cfg.Security.AuthMode,
+		JWTSecret:       cfg.Security.JWTSecret,
+		Issuer:          cfg.Security.Issuer,
+		Audience:        cfg.Security.Audience,
+		LogLevel:        cfg.LogLevel,
+		LogFormat:       cfg.LogFormat,
+	}, nil
 }
 
-func envOr(name, def string) string {
-	if v, ok := os.LookupEnv(name); ok && v != "" {
-		return v
-	}
-	return def
-}
-
-func (e benchEnv) kafkaConfig(clientID string) activities.KafkaConfig {
-	return activities.KafkaConfig{Brokers: e.KafkaBrokers, Version: e.KafkaVersion, ClientID: clientID}
+func (e benchEnv) kafkaConfig(clientID string) kafka.Config {
+	return kafka.Config{Brokers: e.KafkaBrokers, Version: e.KafkaVersion, ClientID: clientID}
 }
 
 func openDB(ctx context.Context, e benchEnv, maxConns int32) (*pgxpool.Pool, error) {
@@ -128,51 +107,26 @@ func dialTemporal(ctx context.Context, e benchEnv, log *slog.Logger) (client.Cli
 	return c, nil
 }
 
-// secretFile is where 'claimflow dev' keeps the HS256 secret it generated.
-const secretFile = "jwt-secret"
-
 // mintAdminToken signs an admin token for the local stack with JWT_SECRET or
 // the dev stack's jwt-secret file, since the bench creates courses and
 // enrolls any student. Without either (AUTH_MODE=jwks, or an API run with
 // --insecure-no-auth) it returns no token: pass --token then.
 func mintAdminToken(e benchEnv, dataDir string, ttl time.Duration) (string, error) {
-	if e.AuthMode == "jwks" {
+	if e.AuthMode == config.AuthJWKS {
 		return "", nil // tokens come from the identity provider
 	}
 	secret := e.JWTSecret
 	if secret == "" {
-		path := filepath.Join(dataDir, secretFile)
-		b, err := os.ReadFile(path)
+		var err error
+		secret, err = config.ReadSecretFile(dataDir)
 		if errors.Is(err, fs.ErrNotExist) {
 			return "", nil
 		}
 		if err != nil {
 			return "", fmt.Errorf("read the JWT secret: %w", err)
 		}
-		if secret = strings.TrimSpace(string(b)); secret == "" {
-			return "", fmt.Errorf("%s is empty", path)
-		}
 	}
-	if len(secret) < api.MinHS256SecretBytes {
-		return "", fmt.Errorf("the HS256 secret must be at least %d bytes", api.MinHS256SecretBytes)
-	}
-	now := time.Now()
-	claims := struct {
-		Role string `json:"role"`
-		jwt.RegisteredClaims
-	}{
-		Role: api.RoleAdmin,
-		RegisteredClaims: jwt.RegisteredClaims{
-			Subject:   "claimflow-bench",
-			Issuer:    e.Issuer,
-			IssuedAt:  jwt.NewNumericDate(now),
-			ExpiresAt: jwt.NewNumericDate(now.Add(ttl)),
-		},
-	}
-	if e.Audience != "" {
-		claims.Audience = jwt.ClaimStrings{e.Audience}
-	}
-	token, err := jwt.NewWithClaims(jwt.SigningMethodHS256, claims).SignedString([]byte(secret))
+	token, err := api.SignHS256(secret, "claimflow-bench", api.RoleAdmin, ttl, e.Issuer, e.Audience)
 	if err != nil {
 		return "", fmt.Errorf("sign the bench's token: %w", err)
 	}

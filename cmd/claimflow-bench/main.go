@@ -26,6 +26,7 @@ import (
 	sdkworker "go.temporal.io/sdk/worker"
 
 	"github.com/claimflow/claimflow/internal/bench"
+	"github.com/claimflow/claimflow/internal/config"
 )
 
 const usage = `usage: claimflow-bench <burst|peer|compare|floor> [flags]
@@ -66,17 +67,17 @@ func main() {
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		fmt.Fprintf(stderr, usage, strings.Join(envNames, ", "))
+		fmt.Fprintf(stderr, usage, strings.Join(config.Names(), ", "))
 		return errUsage
 	}
 	switch args[0] {
 	case "-h", "-help", "--help", "help":
-		fmt.Fprintf(stdout, usage, strings.Join(envNames, ", "))
+		fmt.Fprintf(stdout, usage, strings.Join(config.Names(), ", "))
 		return flag.ErrHelp
 	case "burst", "peer", "compare", "floor":
 	default:
 		fmt.Fprintf(stderr, "claimflow-bench: unknown command %q\n\n", args[0])
-		fmt.Fprintf(stderr, usage, strings.Join(envNames, ", "))
+		fmt.Fprintf(stderr, usage, strings.Join(config.Names(), ", "))
 		return errUsage
 	}
 	env, err := loadEnv()

@@ -9,9 +9,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/claimflow/claimflow/internal/kafka"
+	"github.com/claimflow/claimflow/internal/services"
+
+	"github.com/claimflow/claimflow/internal/audit"
+
 	"github.com/IBM/sarama"
 
-	"github.com/claimflow/claimflow/activities"
 	"github.com/claimflow/claimflow/workflows"
 )
 
@@ -23,7 +27,7 @@ import (
 func waitCaughtUp(t *testing.T, s *stack, topic, group string, timeout time.Duration) {
 	t.Helper()
 	cfg := sarama.NewConfig()
-	v, err := sarama.ParseKafkaVersion(activities.DefaultKafkaVersion)
+	v, err := sarama.ParseKafkaVersion(kafka.DefaultVersion)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,7 +41,7 @@ func waitCaughtUp(t *testing.T, s *stack, topic, group string, timeout time.Dura
 	if err != nil {
 		t.Fatalf("partitions of %s: %v", topic, err)
 	}
-	kcfg := kafkaConfig(s.Config, "claimflow-test")
+	kcfg := services.KafkaConfig(s.Config, "claimflow-test")
 	var last time.Time
 	waitFor(t, timeout, "group "+group+" to commit all of "+topic, func() bool {
 		// An admin round trip per look: a few looks a second are plenty.
@@ -45,7 +49,7 @@ func waitCaughtUp(t *testing.T, s *stack, topic, group string, timeout time.Dura
 			return false
 		}
 		last = time.Now()
-		committed, err := activities.CommittedOffsets(kcfg, group, map[string][]int32{topic: partitions})
+		committed, err := kafka.CommittedOffsets(kcfg, group, map[string][]int32{topic: partitions})
 		if err != nil {
 			return false
 		}
@@ -90,7 +94,7 @@ type enrollmentCopies struct {
 // the events of the given courses.
 func readEnrollmentCopies(t *testing.T, s *stack, topic string, courses []string) enrollmentCopies {
 	t.Helper()
-	ts, missing, err := readTopicRecords(context.Background(), kafkaConfig(s.Config, "claimflow-test"), []string{topic})
+	copies, missing, err := audit.ReadCopies(context.Background(), services.KafkaConfig(s.Config, "claimflow-test"), []string{topic})
 	if err != nil || len(missing) > 0 {
 		t.Fatalf("read %s: %v (missing %v)", topic, err, missing)
 	}
@@ -99,24 +103,24 @@ func readEnrollmentCopies(t *testing.T, s *stack, topic string, courses []string
 		inCourses[c] = true
 	}
 	out := enrollmentCopies{confirmed: map[string]int{}, ids: map[string]bool{}}
-	first := map[string]topicRecord{}
+	first := map[string]audit.Copy{}
 	claims := map[string]string{}
-	for _, rec := range ts.records {
+	for _, rec := range copies {
 		if !inCourses[rec.Key] {
 			continue // a real broker shared between runs holds other courses' events
 		}
 		out.ids[rec.EventID] = true
 		if f, ok := first[rec.EventID]; ok {
 			out.redelivered++
-			if f.digest != rec.digest {
+			if f.Digest != rec.Digest {
 				out.mismatched = append(out.mismatched, rec.EventID)
 			}
 		} else {
 			first[rec.EventID] = rec
-			if other, ok := claims[rec.claim]; ok && rec.claim != "" {
+			if other, ok := claims[rec.Claim]; ok && rec.Claim != "" {
 				out.claimDuplicates = append(out.claimDuplicates, rec.EventID+" repeats "+other)
 			}
-			claims[rec.claim] = rec.EventID
+			claims[rec.Claim] = rec.EventID
 		}
 		if rec.EventType != workflows.EventEnrollmentConfirmed {
 			continue
@@ -124,8 +128,8 @@ func readEnrollmentCopies(t *testing.T, s *stack, topic string, courses []string
 		var data struct {
 			EnrollmentID string `json:"enrollment_id"`
 		}
-		if i := len(rec.EventType) + 1; len(rec.claim) > i {
-			_ = json.Unmarshal([]byte(rec.claim[i:]), &data)
+		if i := len(rec.EventType) + 1; len(rec.Claim) > i {
+			_ = json.Unmarshal([]byte(rec.Claim[i:]), &data)
 		}
 		if want := data.EnrollmentID + "/" + rec.EventType; data.EnrollmentID == "" || rec.EventID != want {
 			out.badIDs = append(out.badIDs, rec.EventID)

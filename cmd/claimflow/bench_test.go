@@ -25,6 +25,7 @@ import (
 
 	"github.com/claimflow/claimflow/api"
 	"github.com/claimflow/claimflow/internal/bench"
+	"github.com/claimflow/claimflow/internal/services"
 )
 
 func TestBenchQuick(t *testing.T) {
@@ -41,7 +42,7 @@ func TestBenchQuick(t *testing.T) {
 		return ctx
 	}
 
-	pool, err := openDB(runCtx(t), s.Config, 64)
+	pool, err := services.OpenDB(runCtx(t), s.Config, 64)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,7 +56,7 @@ func TestBenchQuick(t *testing.T) {
 		return bench.Options{
 			Scenario: sc, Courses: 5, Seats: 40, Students: 1_000_000,
 			Timeout: 60 * time.Second, MaxRetries: 3, DrainTimeout: time.Minute,
-			DB: pool, Kafka: kafkaConfig(s.Config, "claimflow-bench"),
+			DB: pool, Kafka: services.KafkaConfig(s.Config, "claimflow-bench"),
 			Progress: testWriter{t}, ProgressEvery: progress, Log: log,
 		}
 	}
@@ -121,7 +122,7 @@ func TestBenchQuick(t *testing.T) {
 	})
 
 	t.Run("floor", func(t *testing.T) {
-		tc, err := dialTemporal(runCtx(t), s.Config, log, nil)
+		tc, err := services.DialTemporal(runCtx(t), s.Config, log, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

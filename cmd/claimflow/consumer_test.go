@@ -23,10 +23,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/claimflow/claimflow/internal/kafka"
+	"github.com/claimflow/claimflow/internal/services"
+
+	"github.com/claimflow/claimflow/internal/audit"
+
 	"github.com/IBM/sarama"
 
-	"github.com/claimflow/claimflow/activities"
-	"github.com/claimflow/claimflow/deploy/notifysim"
+	"github.com/claimflow/claimflow/internal/notifysim"
 	"github.com/claimflow/claimflow/workflows"
 )
 
@@ -35,7 +39,7 @@ import (
 func consumerTopic(t *testing.T, s *stack, name string, partitions int32) string {
 	t.Helper()
 	topic := fmt.Sprintf("test.%s.%d", name, time.Now().UnixNano())
-	err := activities.EnsureTopics(context.Background(), kafkaConfig(s.Config, "claimflow-test"), []activities.Topic{
+	err := kafka.EnsureTopics(context.Background(), services.KafkaConfig(s.Config, "claimflow-test"), []kafka.Topic{
 		{Name: topic, Partitions: partitions, Replicas: 1},
 		{Name: topic + ".DLT", Partitions: 1, Replicas: 1},
 	})
@@ -67,7 +71,7 @@ func testEvents(prefix string, n, keys int) []workflows.Message {
 // them: key, JSON envelope, event_id and type headers.
 func produce(t *testing.T, s *stack, topic string, events []workflows.Message) {
 	t.Helper()
-	p, err := activities.NewProducer(kafkaConfig(s.Config, "claimflow-test-producer"))
+	p, err := kafka.NewProducer(services.KafkaConfig(s.Config, "claimflow-test-producer"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -219,7 +223,7 @@ func notificationRows(t *testing.T, s *stack, topic string) []row {
 // nothing to Temporal while they check this).
 func checkCommittedAreDurable(t *testing.T, s *stack, topic, group string) (committedTotal int) {
 	t.Helper()
-	records, _, err := activities.ReadTopics(context.Background(), kafkaConfig(s.Config, "claimflow-test"), []string{topic})
+	records, _, err := kafka.ReadTopics(context.Background(), services.KafkaConfig(s.Config, "claimflow-test"), []string{topic})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -229,7 +233,7 @@ func checkCommittedAreDurable(t *testing.T, s *stack, topic, group string) (comm
 			parts[topic] = append(parts[topic], r.Partition)
 		}
 	}
-	committed, err := activities.CommittedOffsets(kafkaConfig(s.Config, "claimflow-test"), group, parts)
+	committed, err := kafka.CommittedOffsets(services.KafkaConfig(s.Config, "claimflow-test"), group, parts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -250,9 +254,9 @@ func checkCommittedAreDurable(t *testing.T, s *stack, topic, group string) (comm
 
 // runAuditFor audits one topic against the notifications table and, when
 // the stack runs the simulator, against its ledger of webhook deliveries.
-func runAuditFor(t *testing.T, s *stack, topic, group string) auditReport {
+func runAuditFor(t *testing.T, s *stack, topic, group string) audit.Report {
 	t.Helper()
-	in := auditInput{Kafka: kafkaConfig(s.Config, "claimflow-audit"), Topics: []string{topic},
+	in := audit.Input{Kafka: services.KafkaConfig(s.Config, "claimflow-audit"), Topics: []string{topic},
 		Group: group, DB: s.Pool, Temporal: s.Client, Show: 10}
 	if s.Notify != nil {
 		in.Webhook = func(_ context.Context, topics []string) ([]notifysim.Delivery, error) {
@@ -263,12 +267,12 @@ func runAuditFor(t *testing.T, s *stack, topic, group string) auditReport {
 			return ds, nil
 		}
 	}
-	r, err := audit(context.Background(), in)
+	r, err := audit.Run(context.Background(), in)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var b strings.Builder
-	r.writeText(&b)
+	r.WriteText(&b)
 	t.Log("\n" + b.String())
 	return r
 }
@@ -574,7 +578,7 @@ func TestConsumerDeadLetterRetryAndDiscard(t *testing.T) {
 func dltRecords(t *testing.T, s *stack, topic string) map[string]map[string]string {
 	t.Helper()
 	cfg := sarama.NewConfig()
-	v, err := sarama.ParseKafkaVersion(activities.DefaultKafkaVersion)
+	v, err := sarama.ParseKafkaVersion(kafka.DefaultVersion)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -680,7 +684,7 @@ func TestConsumerThroughputAndAudit(t *testing.T) {
 				[]string{"-topics", topic, "-group", group, "-json", "-webhook-ledger", s.Notify.URL}, &out); err != nil {
 				t.Fatalf("claimflow audit: %v\n%s", err, out.String())
 			}
-			var cli auditReport
+			var cli audit.Report
 			if err := json.Unmarshal([]byte(out.String()), &cli); err != nil || cli.Delivered != n || !cli.OK() ||
 				cli.Webhook == nil || (sink == "webhook" && cli.Webhook.Effects != n) {
 				t.Fatalf("claimflow audit -json printed %s (%v)", out.String(), err)

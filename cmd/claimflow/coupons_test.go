@@ -16,7 +16,7 @@ import (
 
 	"go.temporal.io/api/workflowservice/v1"
 
-	"github.com/claimflow/claimflow/deploy/payoutsim"
+	"github.com/claimflow/claimflow/internal/payoutsim"
 	"github.com/claimflow/claimflow/workflows"
 )
 

@@ -33,11 +33,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/claimflow/claimflow/internal/kafka"
+
 	"github.com/IBM/sarama"
 
-	"github.com/claimflow/claimflow/activities"
-	"github.com/claimflow/claimflow/deploy/devstack"
-	"github.com/claimflow/claimflow/deploy/notifysim"
+	"github.com/claimflow/claimflow/internal/audit"
+	"github.com/claimflow/claimflow/internal/devstack"
+	"github.com/claimflow/claimflow/internal/notifysim"
+	"github.com/claimflow/claimflow/internal/services"
 	"github.com/claimflow/claimflow/workflows"
 )
 
@@ -88,7 +91,7 @@ func (a activityAttempts) add(b activityAttempts) activityAttempts {
 
 func startWorkerProcess(t *testing.T, s *stack) *workerProcess {
 	t.Helper()
-	logFile := filepath.Join(s.opts.DataDir, "logs", fmt.Sprintf("worker-%d.log", time.Now().UnixNano()))
+	logFile := filepath.Join(s.Options.DataDir, "logs", fmt.Sprintf("worker-%d.log", time.Now().UnixNano()))
 	f, err := os.Create(logFile)
 	if err != nil {
 		t.Fatal(err)
@@ -468,7 +471,7 @@ func drainAndAudit(t *testing.T, s *stack, c *apiClient, l *load, fw faultWindow
 			t.Fatal(err)
 		}
 		notified[id] = true
-		notesPerClaim[claimOf(eventType, []byte(payload))]++
+		notesPerClaim[audit.ClaimOf(eventType, []byte(payload))]++
 	}
 	if err := rows.Err(); err != nil {
 		t.Fatal(err)
@@ -592,11 +595,11 @@ func TestFaults(t *testing.T) {
 					kafkaScript(t, "start-node", "0", "--dir", realKafkaDir)
 					return
 				}
-				port := s.opts.KafkaPort
+				port := s.Options.KafkaPort
 				s.Kafka.Close()
 				time.Sleep(20 * time.Second)
 				k, err := devstack.StartKafka(context.Background(), devstack.KafkaOptions{
-					DataDir: filepath.Join(s.opts.DataDir, "kafka"), Port: port, Topics: topics,
+					DataDir: filepath.Join(s.Options.DataDir, "kafka"), Port: port, Topics: services.Topics,
 				})
 				if err != nil {
 					t.Fatalf("restart kfake: %v", err)
@@ -617,8 +620,8 @@ func TestFaults(t *testing.T) {
 				}
 				l.waitStalled(t, stopped, time.Second)
 				pg, err := devstack.StartPostgres(ctx, devstack.PostgresOptions{
-					DataDir: filepath.Join(s.opts.DataDir, "pg"), Port: s.opts.PGPort,
-					LogFile: filepath.Join(s.opts.DataDir, "logs", "postgres.log"),
+					DataDir: filepath.Join(s.Options.DataDir, "pg"), Port: s.Options.PGPort,
+					LogFile: filepath.Join(s.Options.DataDir, "logs", "postgres.log"),
 				})
 				if err != nil {
 					t.Fatalf("restart postgres: %v", err)
@@ -639,11 +642,11 @@ func TestFaults(t *testing.T) {
 					t.Fatal(err)
 				}
 				ts, err := devstack.StartTemporal(context.Background(), devstack.TemporalOptions{
-					Binary: bin, DBFile: filepath.Join(s.opts.DataDir, "temporal.db"),
-					Port: s.opts.TemporalPort, UIPort: s.opts.UIPort, Namespace: s.Config.Namespace,
+					Binary: bin, DBFile: filepath.Join(s.Options.DataDir, "temporal.db"),
+					Port: s.Options.TemporalPort, UIPort: s.Options.UIPort, Namespace: s.Config.Namespace,
 					SearchAttributes: workflows.SearchAttributeTypes, Headless: true,
-					DynamicConfig: temporalDynamicConfig,
-					LogFile:       filepath.Join(s.opts.DataDir, "logs", "temporal.log"),
+					DynamicConfig: services.TemporalDynamicConfig,
+					LogFile:       filepath.Join(s.Options.DataDir, "logs", "temporal.log"),
 				})
 				if err != nil {
 					t.Fatalf("restart temporal: %v", err)
@@ -762,7 +765,7 @@ func kafkaScript(t *testing.T, args ...string) {
 func partitionLeader(t *testing.T, brokers []string, topic string) int32 {
 	t.Helper()
 	cfg := sarama.NewConfig()
-	v, _ := sarama.ParseKafkaVersion(activities.DefaultKafkaVersion)
+	v, _ := sarama.ParseKafkaVersion(kafka.DefaultVersion)
 	cfg.Version = v
 	client, err := sarama.NewClient(brokers, cfg)
 	if err != nil {

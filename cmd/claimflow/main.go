@@ -8,6 +8,9 @@
 //	claimflow consumer  deliver each event's notification exactly once
 //	claimflow audit     compare topics with the notifications delivered
 //	claimflow token     mint a JWT for the local stack
+//
+// Package main parses flags and calls packages: the services live in
+// internal/services, the configuration in internal/config.
 package main
 
 import (
@@ -15,11 +18,15 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/signal"
 	"strings"
 	"syscall"
+
+	appconfig "github.com/claimflow/claimflow/internal/config"
+	"github.com/claimflow/claimflow/internal/services"
 )
 
 const usage = `usage: claimflow <command> [flags]
@@ -35,27 +42,29 @@ commands:
   token     print a JWT for the local stack: token --sub s-1 [--role admin] [--ttl 1h]
 
 environment (defaults fit 'claimflow dev'):
-  ` + "%s" + `
-
+%s
 run 'claimflow <command> -h' for the command's flags.
 the load tool is a command of its own: claimflow-bench -h
 `
 
 func main() {
 	if len(os.Args) < 2 || os.Args[1] == "-h" || os.Args[1] == "--help" || os.Args[1] == "help" {
-		fmt.Fprintf(os.Stderr, usage, strings.Join(envVars, ", "))
-		os.Exit(2)
+		fmt.Fprintf(os.Stderr, usage, appconfig.Usage())
+		if len(os.Args) < 2 {
+			os.Exit(2)
+		}
+		return // asked for help: not an error
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	cfg, err := loadConfig()
+	cfg, err := appconfig.Load()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "claimflow:", err)
 		os.Exit(2)
 	}
 	cmd, args := os.Args[1], os.Args[2:]
-	if _, set := os.LookupEnv("LOG_FORMAT"); !set && cmd == "dev" {
+	if !cfg.IsSet("LOG_FORMAT") && cmd == "dev" {
 		cfg.LogFormat = "text" // a person reads dev's terminal; machines read the services' logs
 	}
 	opts := &slog.HandlerOptions{Level: cfg.LogLevel}
@@ -66,33 +75,62 @@ func main() {
 	log := slog.New(handler)
 	slog.SetDefault(log)
 
-	switch cmd {
-	case "dev":
-		err = runDev(ctx, cfg, log, args)
-	case "api":
-		err = runAPICommand(ctx, cfg, log, args)
-	case "worker":
-		err = runWorkerCommand(ctx, cfg, log, args)
-	case "migrate":
-		err = runMigrate(ctx, cfg, log, args)
-	case "replay":
-		err = runReplay(ctx, cfg, log, args, os.Stdout)
-	case "consumer":
-		err = runConsumerCommand(ctx, cfg, log, args)
-	case "audit":
-		err = runAudit(ctx, cfg, log, args, os.Stdout)
-	case "token":
-		err = runToken(ctx, cfg, log, args, os.Stdout)
-	default:
-		fmt.Fprintf(os.Stderr, "claimflow: unknown command %q\n\n", cmd)
-		fmt.Fprintf(os.Stderr, usage, strings.Join(envVars, ", "))
-		os.Exit(2)
-	}
+	err = run(ctx, cfg, log, cmd, args, os.Stdout, os.Stderr)
 	if errors.Is(err, flag.ErrHelp) {
+		return // -h printed the command's flags, as asked
+	}
+	if errors.Is(err, errUsage) {
 		os.Exit(2)
 	}
 	if err != nil {
 		log.Error(cmd+" failed", "error", err)
 		os.Exit(1)
 	}
+}
+
+// errUsage means the command line named no command this binary has.
+var errUsage = errors.New("usage")
+
+func run(ctx context.Context, cfg appconfig.Config, log *slog.Logger, cmd string, args []string, stdout, stderr io.Writer) error {
+	switch cmd {
+	case "dev":
+		return runDev(ctx, cfg, log, args)
+	case "api":
+		fs := flag.NewFlagSet("api", flag.ContinueOnError)
+		migrate := fs.Bool("migrate", true, "apply database migrations before serving")
+		fs.BoolVar(&cfg.Security.InsecureNoAuth, "insecure-no-auth", false, "serve without authentication, every request acting as an admin (never in production)")
+		if err := fs.Parse(args); err != nil {
+			return err
+		}
+		return services.RunAPI(ctx, cfg, log, *migrate)
+	case "worker":
+		if err := flag.NewFlagSet("worker", flag.ContinueOnError).Parse(args); err != nil {
+			return err
+		}
+		return services.RunWorker(ctx, cfg, log)
+	case "migrate":
+		if err := flag.NewFlagSet("migrate", flag.ContinueOnError).Parse(args); err != nil {
+			return err
+		}
+		return services.Migrate(ctx, cfg, log)
+	case "replay":
+		return runReplay(ctx, cfg, log, args, stdout)
+	case "consumer":
+		fs := flag.NewFlagSet("consumer", flag.ContinueOnError)
+		topics := fs.String("topics", strings.Join(cfg.ConsumerTopics, ","), "comma-separated topics to consume (CONSUMER_TOPICS)")
+		fs.StringVar(&cfg.ConsumerGroup, "group", cfg.ConsumerGroup, "consumer group (CONSUMER_GROUP)")
+		migrate := fs.Bool("migrate", true, "apply database migrations before consuming")
+		if err := fs.Parse(args); err != nil {
+			return err
+		}
+		cfg.ConsumerTopics = appconfig.SplitList(*topics)
+		return services.RunConsumer(ctx, cfg, log, *migrate)
+	case "audit":
+		return runAudit(ctx, cfg, log, args, stdout)
+	case "token":
+		return runToken(ctx, cfg, log, args, stdout)
+	}
+	fmt.Fprintf(stderr, "claimflow: unknown command %q\n\n", cmd)
+	fmt.Fprintf(stderr, usage, appconfig.Usage())
+	return errUsage
 }

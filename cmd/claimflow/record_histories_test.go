@@ -30,8 +30,8 @@ import (
 	sdkworker "go.temporal.io/sdk/worker"
 	"google.golang.org/protobuf/encoding/protojson"
 
-	"github.com/claimflow/claimflow/deploy/notifysim"
-	"github.com/claimflow/claimflow/deploy/payoutsim"
+	"github.com/claimflow/claimflow/internal/notifysim"
+	"github.com/claimflow/claimflow/internal/payoutsim"
 	"github.com/claimflow/claimflow/worker"
 	"github.com/claimflow/claimflow/workflows"
 )

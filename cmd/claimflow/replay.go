@@ -14,12 +14,14 @@ import (
 	temporallog "go.temporal.io/sdk/log"
 	sdkworker "go.temporal.io/sdk/worker"
 
+	appconfig "github.com/claimflow/claimflow/internal/config"
+	"github.com/claimflow/claimflow/internal/services"
 	"github.com/claimflow/claimflow/worker"
 )
 
 // runReplay replays histories against the workflow code in this binary and
 // names every run that would break: run it before deploying a change.
-func runReplay(ctx context.Context, cfg config, log *slog.Logger, args []string, out io.Writer) error {
+func runReplay(ctx context.Context, cfg appconfig.Config, log *slog.Logger, args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("replay", flag.ContinueOnError)
 	workflowID := fs.String("workflow-id", "", "replay the live run(s) with this workflow ID (latest run unless -run-id)")
 	runID := fs.String("run-id", "", "with -workflow-id: this run")
@@ -54,7 +56,7 @@ func runReplay(ctx context.Context, cfg config, log *slog.Logger, args []string,
 		report(file, replayer.ReplayWorkflowHistoryFromJSONFile(logger, file))
 	}
 	if *workflowID != "" || *query != "" {
-		c, err := dialTemporal(ctx, cfg, log, nil)
+		c, err := services.DialTemporal(ctx, cfg, log, nil)
 		if err != nil {
 			return err
 		}

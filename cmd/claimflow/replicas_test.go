@@ -29,7 +29,8 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/workflowservice/v1"
 
-	"github.com/claimflow/claimflow/deploy/devstack"
+	"github.com/claimflow/claimflow/internal/devstack"
+	"github.com/claimflow/claimflow/internal/services"
 	"github.com/claimflow/claimflow/workflows"
 )
 
@@ -48,7 +49,7 @@ type replica struct {
 // what the replicas do.
 func startReplica(t *testing.T, s *stack, name string, args []string, extraEnv ...string) *replica {
 	t.Helper()
-	logFile := filepath.Join(s.opts.DataDir, "logs", name+".log")
+	logFile := filepath.Join(s.Options.DataDir, "logs", name+".log")
 	f, err := os.Create(logFile)
 	if err != nil {
 		t.Fatal(err)
@@ -66,7 +67,7 @@ func startReplica(t *testing.T, s *stack, name string, args []string, extraEnv .
 		"JWT_SECRET=" + s.Config.Security.JWTSecret,
 		// The dev server accepts larger search attribute values than
 		// Temporal's default; the replicas batch as the in-process API would.
-		"CLAIM_BATCH_ATTR_BYTES=" + strconv.Itoa(claimBatchAttrBytes),
+		"CLAIM_BATCH_ATTR_BYTES=" + strconv.Itoa(services.ClaimBatchAttrBytes),
 		"LOG_FORMAT=text", "LOG_LEVEL=info",
 	}, extraEnv...)
 	cmd.Stdout, cmd.Stderr = f, f

@@ -20,14 +20,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/claimflow/claimflow/internal/kafka"
+
 	"github.com/IBM/sarama"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.temporal.io/api/workflowservice/v1"
 
-	"github.com/claimflow/claimflow/activities"
-	"github.com/claimflow/claimflow/deploy/devstack"
+	appconfig "github.com/claimflow/claimflow/internal/config"
+	"github.com/claimflow/claimflow/internal/devstack"
 	"github.com/claimflow/claimflow/workflows"
 )
 
@@ -66,7 +68,7 @@ func testStackOptions(t *testing.T, dataDir string) stackOptions {
 
 func startTestStack(t *testing.T, o stackOptions) *stack {
 	t.Helper()
-	cfg, err := loadConfig()
+	cfg, err := appconfig.Load()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +81,7 @@ func startTestStack(t *testing.T, o stackOptions) *stack {
 	if err != nil {
 		t.Fatalf("start stack: %v", err)
 	}
-	t.Logf("stack up in %s: %s", time.Since(began).Round(time.Millisecond), s.readyLine())
+	t.Logf("stack up in %s: %s", time.Since(began).Round(time.Millisecond), s.ReadyLine())
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
@@ -252,7 +254,7 @@ func topicEvents(t *testing.T, s *stack, topic string) []workflows.Event {
 func readTopic(t *testing.T, s *stack, topic, keyField string) []workflows.Event {
 	t.Helper()
 	cfg := sarama.NewConfig()
-	v, err := sarama.ParseKafkaVersion(activities.DefaultKafkaVersion)
+	v, err := sarama.ParseKafkaVersion(kafka.DefaultVersion)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -347,7 +349,7 @@ func failProduces(t *testing.T, s *stack, topic string) (remove func()) {
 	}
 	const setting = "max.message.bytes"
 	cfg := sarama.NewConfig()
-	v, err := sarama.ParseKafkaVersion(activities.DefaultKafkaVersion)
+	v, err := sarama.ParseKafkaVersion(kafka.DefaultVersion)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -386,13 +388,19 @@ func failProduces(t *testing.T, s *stack, topic string) (remove func()) {
 // topicConfig is a topic's config value as the broker reports it ("" if
 // it cannot say).
 func topicConfig(admin sarama.ClusterAdmin, topic, name string) string {
-	entries, err := admin.DescribeConfig(sarama.ConfigResource{Type: sarama.TopicResource, Name: topic, ConfigNames: []string{name}})
+	results, err := admin.DescribeConfigs([]*sarama.ConfigResource{{Type: sarama.TopicResource, Name: topic, ConfigNames: []string{name}}},
+		sarama.DescribeConfigsOptions{})
 	if err != nil {
 		return ""
 	}
-	for _, e := range entries {
-		if e.Name == name {
-			return e.Value
+	for _, r := range results {
+		if r.Name != topic || r.ErrorCode != 0 {
+			continue
+		}
+		for _, e := range r.Configs {
+			if e.Name == name {
+				return e.Value
+			}
 		}
 	}
 	return ""
@@ -599,7 +607,7 @@ func apiInMode(t *testing.T, s *stack, c *apiClient, mode string) *apiClient {
 	cfg := s.Config
 	cfg.EnrollMode = mode
 	cfg.HTTPAddr = "127.0.0.1:0"
-	svc, err := startAPI(cfg, s.log, s.Pool, s.Client, newTelemetry())
+	svc, err := startAPI(cfg, s.Log, s.Pool, s.Client, newTelemetry())
 	if err != nil {
 		t.Fatalf("start a second API in %s mode: %v", mode, err)
 	}
@@ -926,11 +934,11 @@ func TestRestartLosesNothing(t *testing.T) {
 		runs[wf] = run
 	}
 	for wf, run := range runs {
-		d, err := s2.Client.DescribeWorkflowExecution(ctx, wf, run)
+		d, err := s2.Client.DescribeWorkflow(ctx, wf, run)
 		if err != nil {
 			t.Fatalf("run %s/%s of a confirmed enrollment: %v", wf, run, err)
 		}
-		if st := d.WorkflowExecutionInfo.Status.String(); st != "Completed" {
+		if st := d.RawResponse.GetWorkflowExecutionInfo().GetStatus().String(); st != "Completed" {
 			t.Errorf("run %s/%s is %s", wf, run, st)
 		}
 	}

@@ -12,54 +12,16 @@ import (
 	"regexp"
 	"time"
 
-	"github.com/golang-jwt/jwt/v5"
-
 	"github.com/claimflow/claimflow/api"
+	appconfig "github.com/claimflow/claimflow/internal/config"
 )
-
-// mintToken signs an HS256 token for the local stack: sub is the student or
-// user ID, role is api.RoleAdmin for operators or "" for a student. Tools
-// that call the API (tests, the bench) use it with the stack's secret,
-// cfg.Security.JWTSecret.
-func mintToken(secret, sub, role string, ttl time.Duration) (string, error) {
-	return signToken(secret, sub, role, ttl, "", "")
-}
-
-func signToken(secret, sub, role string, ttl time.Duration, issuer, audience string) (string, error) {
-	if len(secret) < api.MinHS256SecretBytes {
-		return "", fmt.Errorf("the HS256 secret must be at least %d bytes", api.MinHS256SecretBytes)
-	}
-	if sub == "" {
-		return "", errors.New("a token needs a subject")
-	}
-	if ttl <= 0 {
-		return "", errors.New("a token needs a positive lifetime")
-	}
-	now := time.Now()
-	claims := struct {
-		Role string `json:"role,omitempty"`
-		jwt.RegisteredClaims
-	}{
-		Role: role,
-		RegisteredClaims: jwt.RegisteredClaims{
-			Subject:   sub,
-			Issuer:    issuer,
-			IssuedAt:  jwt.NewNumericDate(now),
-			ExpiresAt: jwt.NewNumericDate(now.Add(ttl)),
-		},
-	}
-	if audience != "" {
-		claims.Audience = jwt.ClaimStrings{audience}
-	}
-	return jwt.NewWithClaims(jwt.SigningMethodHS256, claims).SignedString([]byte(secret))
-}
 
 // subjectPattern is the API's ID format: a subject that does not match it
 // could never enroll or claim as itself.
 var subjectPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
 
 // runToken is `claimflow token`: it prints a token for the local stack.
-func runToken(_ context.Context, cfg config, _ *slog.Logger, args []string, stdout io.Writer) error {
+func runToken(_ context.Context, cfg appconfig.Config, _ *slog.Logger, args []string, stdout io.Writer) error {
 	flags := flag.NewFlagSet("token", flag.ContinueOnError)
 	sub := flags.String("sub", "", "the token's subject: the student or user ID it acts as (required)")
 	role := flags.String("role", "", "admin for an operator (create courses, vendors, coupon types; dead letters; act for anyone); empty for a student")
@@ -83,22 +45,22 @@ func runToken(_ context.Context, cfg config, _ *slog.Logger, args []string, stdo
 	if *role != "" && *role != api.RoleAdmin {
 		return fmt.Errorf("--role must be %s or empty (a student), got %q", api.RoleAdmin, *role)
 	}
-	if cfg.Security.AuthMode == authJWKS {
+	if cfg.Security.AuthMode == appconfig.AuthJWKS {
 		return errors.New("AUTH_MODE=jwks: tokens come from your identity provider, not from claimflow")
 	}
 	secret := cfg.Security.JWTSecret
 	if secret == "" {
 		var err error
-		secret, err = readSecretFile(*dataDir)
+		secret, err = appconfig.ReadSecretFile(*dataDir)
 		if errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("no JWT_SECRET and no %s: run 'claimflow dev' once (it writes one) or set JWT_SECRET",
-				filepath.Join(*dataDir, secretFile))
+				filepath.Join(*dataDir, appconfig.SecretFile))
 		}
 		if err != nil {
 			return err
 		}
 	}
-	token, err := signToken(secret, *sub, *role, *ttl, cfg.Security.Issuer, cfg.Security.Audience)
+	token, err := api.SignHS256(secret, *sub, *role, *ttl, cfg.Security.Issuer, cfg.Security.Audience)
 	if err != nil {
 		return err
 	}

@@ -11,7 +11,7 @@ import (
 	"github.com/IBM/sarama"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/claimflow/claimflow/activities"
+	"github.com/claimflow/claimflow/internal/kafka"
 	"github.com/claimflow/claimflow/workflows"
 )
 
@@ -163,7 +163,7 @@ func (a Audit) OK() bool {
 
 // audit compares what the clients were told, what the database holds and
 // what the topic carries.
-func audit(ctx context.Context, db *pgxpool.Pool, kcfg activities.KafkaConfig, sc Schema, runPrefix string, courses, accepted []string) (Audit, error) {
+func audit(ctx context.Context, db *pgxpool.Pool, kcfg kafka.Config, sc Schema, runPrefix string, courses, accepted []string) (Audit, error) {
 	a := Audit{Accepted: len(accepted)}
 	status := map[string]string{}
 	confirmedPerCourse := map[string]int{}
@@ -258,11 +258,11 @@ func audit(ctx context.Context, db *pgxpool.Pool, kcfg activities.KafkaConfig, s
 // enrollment.confirmed events of courses whose ID starts with prefix (the
 // message key is the course ID), per enrollment. bad counts events of those
 // courses whose event_id is not the one derived from enrollment and type.
-func confirmedEvents(ctx context.Context, kcfg activities.KafkaConfig, topic, prefix string) (map[string]int, int, error) {
+func confirmedEvents(ctx context.Context, kcfg kafka.Config, topic, prefix string) (map[string]int, int, error) {
 	cfg := sarama.NewConfig()
 	version := kcfg.Version
 	if version == "" {
-		version = activities.DefaultKafkaVersion
+		version = kafka.DefaultVersion
 	}
 	v, err := sarama.ParseKafkaVersion(version)
 	if err != nil {

@@ -14,7 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/claimflow/claimflow/activities"
+	"github.com/claimflow/claimflow/internal/kafka"
 )
 
 // Options is everything a burst needs besides the arm it drives.
@@ -36,7 +36,7 @@ type Options struct {
 	// DB and Kafka are the infrastructure both arms share; the audit reads
 	// them.
 	DB    *pgxpool.Pool
-	Kafka activities.KafkaConfig
+	Kafka kafka.Config
 	// Progress receives the live progress line every ProgressEvery.
 	Progress      io.Writer
 	ProgressEvery time.Duration

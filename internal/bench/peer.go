@@ -26,7 +26,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/claimflow/claimflow/activities"
+	"github.com/claimflow/claimflow/internal/kafka"
 	"github.com/claimflow/claimflow/workflows"
 )
 
@@ -94,7 +94,7 @@ type Peer struct {
 // PeerOptions configures StartPeer.
 type PeerOptions struct {
 	DB    *pgxpool.Pool
-	Kafka activities.KafkaConfig
+	Kafka kafka.Config
 	Log   *slog.Logger
 	// Relays is the number of relay goroutines (each claims a batch with
 	// FOR UPDATE SKIP LOCKED); Batch the rows per claim; Poll the pause
@@ -123,7 +123,7 @@ func StartPeer(ctx context.Context, o PeerOptions) (*Peer, error) {
 		return nil, err
 	}
 	// Same partitioning as claimflow's topic.
-	if err := activities.EnsureTopics(ctx, o.Kafka, []activities.Topic{{Name: PeerTopic, Partitions: 12, Replicas: 1}}); err != nil {
+	if err := kafka.EnsureTopics(ctx, o.Kafka, []kafka.Topic{{Name: PeerTopic, Partitions: 12, Replicas: 1}}); err != nil {
 		return nil, err
 	}
 	rl, err := startRelay(o)

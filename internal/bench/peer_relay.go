@@ -12,7 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/claimflow/claimflow/activities"
+	"github.com/claimflow/claimflow/internal/kafka"
 )
 
 // relay publishes the peer's outbox. Each goroutine claims a batch of unsent
@@ -33,7 +33,7 @@ type relay struct {
 }
 
 func startRelay(o PeerOptions) (*relay, error) {
-	producer, err := activities.NewProducer(activities.KafkaConfig{
+	producer, err := kafka.NewProducer(kafka.Config{
 		Brokers: o.Kafka.Brokers, Version: o.Kafka.Version, ClientID: "claimflow-bench-peer-relay",
 	})
 	if err != nil {

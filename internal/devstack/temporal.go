@@ -182,7 +182,7 @@ func (o *TemporalOptions) args(attrs map[string]enumspb.IndexedValueType) []stri
 		"--log-level", "warn",
 	}
 	if o.DBFile != "" {
-		// WAL with synchronous=normal is ~2.5x the throughput of the
+		// WAL with synchronous=normal syncs far less often than the
 		// defaults and still survives a process crash (only an OS crash
 		// can lose the last transactions, which is fine for dev data).
 		args = append(args, "--db-filename", o.DBFile,

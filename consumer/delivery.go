@@ -1,4 +1,4 @@
-package activities
+package consumer
 
 import (
 	"bytes"
@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"strings"
 	"time"
@@ -94,43 +95,6 @@ type envelope struct {
 	Type       string          `json:"type"`
 	OccurredAt *time.Time      `json:"occurred_at"`
 	Data       json.RawMessage `json:"data"`
-}
-
-// ParseEvent identifies a consumed record. It never fails: a record that is
-// not an event still gets an ID (its position) and a Malformed reason, so it
-// can be dead-lettered, counted by the audit and deduplicated like any other.
-func ParseEvent(m *sarama.ConsumerMessage) workflows.ConsumedEvent {
-	ev := workflows.ConsumedEvent{
-		Topic:     m.Topic,
-		Partition: m.Partition,
-		Offset:    m.Offset,
-		Key:       string(m.Key),
-		Value:     string(m.Value),
-	}
-	for _, h := range m.Headers {
-		if h != nil && string(h.Key) == "event_id" {
-			ev.EventID = string(h.Value)
-		}
-	}
-	var env envelope
-	if err := json.Unmarshal(m.Value, &env); err != nil {
-		ev.Malformed = "value is not a JSON event: " + err.Error()
-	} else {
-		if env.ID != "" {
-			ev.EventID = env.ID
-		}
-		ev.EventType = env.Type
-		if env.Type == "" {
-			ev.Malformed = "event has no type"
-		}
-	}
-	if ev.EventID == "" {
-		ev.EventID = fmt.Sprintf("%s/%d@%d", m.Topic, m.Partition, m.Offset)
-		if ev.Malformed == "" {
-			ev.Malformed = "event has no event_id"
-		}
-	}
-	return ev
 }
 
 // newNotification builds the notification of a well-formed event.
@@ -320,6 +284,23 @@ func (s *Sink) record(ctx context.Context, ns []notification, path string) error
 		return fmt.Errorf("record %d notifications: %w", n, err)
 	}
 	return nil
+}
+
+// Producer is the part of a Kafka producer the dead-letter copy uses.
+type Producer interface {
+	SendMessage(msg *sarama.ProducerMessage) (partition int32, offset int64, err error)
+}
+
+// Activities are the DeliverEvent workflow's activities: the durable path
+// of a notification whose inline attempt failed. The worker registers them
+// next to the sagas' activities.
+type Activities struct {
+	DB *pgxpool.Pool
+	// Producer copies dead letters to <topic>.DLT; nil skips the copy.
+	Producer Producer
+	Log      *slog.Logger
+	// Sink delivers notifications; nil means the notifications table alone.
+	Sink *Sink
 }
 
 // sink is the configured sink, or the notifications table alone.

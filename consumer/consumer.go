@@ -1,4 +1,10 @@
-package activities
+// Package consumer is the event consumer process: it reads the topics the
+// workflows publish to in a consumer group and delivers each event's
+// notification exactly once per event ID, handing the events whose inline
+// attempt failed to DeliverEvent runs. Those runs call this package's
+// Activities (DeliverNotification, RecordConsumeDeadLetter), which the
+// worker registers.
+package consumer
 
 import (
 	"context"
@@ -16,6 +22,8 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
 
+	"github.com/claimflow/claimflow/internal/config"
+	"github.com/claimflow/claimflow/internal/kafka"
 	"github.com/claimflow/claimflow/workflows"
 )
 
@@ -24,9 +32,9 @@ type WorkflowStarter interface {
 	ExecuteWorkflow(ctx context.Context, options client.StartWorkflowOptions, workflow any, args ...any) (client.WorkflowRun, error)
 }
 
-// ConsumerConfig wires a Consumer.
-type ConsumerConfig struct {
-	Kafka KafkaConfig
+// Config wires a Consumer.
+type Config struct {
+	Kafka kafka.Config
 	// Group is the consumer group; its committed offsets are the consumer's
 	// progress.
 	Group  string
@@ -36,7 +44,7 @@ type ConsumerConfig struct {
 	Temporal WorkflowStarter
 	Log      *slog.Logger
 	// MaxBatch bounds the records of one partition applied together; 0
-	// means DefaultConsumerBatch.
+	// means config.DefaultConsumerBatch.
 	MaxBatch int
 	// DrainTimeout bounds how long a batch in flight may still take once a
 	// rebalance or shutdown began; what is not durable by then stays
@@ -46,11 +54,6 @@ type ConsumerConfig struct {
 	Metrics *Metrics
 }
 
-// DefaultConsumerBatch is large enough that a batch's round trips (one
-// lookup, one webhook call, one insert) cost little per event, and small
-// enough that a batch finishes quickly on rebalance.
-const DefaultConsumerBatch = 500
-
 // Consumer reads events in a consumer group and applies each one's
 // notification exactly once per event ID. Per partition it works in
 // batches: look up which events are done already, deliver the rest, hand
@@ -58,15 +61,15 @@ const DefaultConsumerBatch = 500
 // offset for commit. A batch that is cut short is never marked and is
 // redelivered, and redelivery finds the finished part done.
 type Consumer struct {
-	cfg    ConsumerConfig
+	cfg    Config
 	log    *slog.Logger
 	client sarama.Client
 	group  sarama.ConsumerGroup
 	stats  consumerCounters
 }
 
-// ConsumerStats counts records since the consumer started.
-type ConsumerStats struct {
+// Stats counts records since the consumer started.
+type Stats struct {
 	// Records read from the topics.
 	Records int64
 	// Delivered inline by the consumer.
@@ -84,8 +87,8 @@ type consumerCounters struct {
 	records, delivered, skipped, handedOff, batches atomic.Int64
 }
 
-// NewConsumer connects to Kafka; Run consumes.
-func NewConsumer(cfg ConsumerConfig) (*Consumer, error) {
+// New connects to Kafka; Run consumes.
+func New(cfg Config) (*Consumer, error) {
 	if cfg.Group == "" || len(cfg.Topics) == 0 {
 		return nil, errors.New("consumer needs a group and at least one topic")
 	}
@@ -93,7 +96,7 @@ func NewConsumer(cfg ConsumerConfig) (*Consumer, error) {
 		return nil, errors.New("consumer needs a sink with a database and a Temporal client")
 	}
 	if cfg.MaxBatch <= 0 {
-		cfg.MaxBatch = DefaultConsumerBatch
+		cfg.MaxBatch = config.DefaultConsumerBatch
 	}
 	if cfg.DrainTimeout <= 0 {
 		cfg.DrainTimeout = 20 * time.Second
@@ -101,7 +104,7 @@ func NewConsumer(cfg ConsumerConfig) (*Consumer, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
-	sc, err := saramaConfig(cfg.Kafka)
+	sc, err := kafka.SaramaConfig(cfg.Kafka)
 	if err != nil {
 		return nil, err
 	}
@@ -135,8 +138,8 @@ func NewConsumer(cfg ConsumerConfig) (*Consumer, error) {
 }
 
 // Stats returns the counters.
-func (c *Consumer) Stats() ConsumerStats {
-	return ConsumerStats{
+func (c *Consumer) Stats() Stats {
+	return Stats{
 		Records:   c.stats.records.Load(),
 		Delivered: c.stats.delivered.Load(),
 		Skipped:   c.stats.skipped.Load(),
@@ -378,7 +381,7 @@ func (c *Consumer) apply(s sarama.ConsumerGroupSession, batch []*sarama.Consumer
 	events := make([]workflows.ConsumedEvent, 0, len(batch))
 	seen := make(map[string]bool, len(batch))
 	for _, m := range batch {
-		ev := ParseEvent(m)
+		ev := kafka.ParseEvent(m)
 		if seen[ev.EventID] {
 			c.stats.skipped.Add(1)
 			continue

@@ -8,12 +8,12 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/claimflow/claimflow/activities"
+	"github.com/claimflow/claimflow/consumer"
 )
 
-func post(t *testing.T, srv *httptest.Server, ns ...activities.WebhookNotification) int {
+func post(t *testing.T, srv *httptest.Server, ns ...consumer.WebhookNotification) int {
 	t.Helper()
-	b, err := json.Marshal(activities.WebhookRequest{Notifications: ns})
+	b, err := json.Marshal(consumer.WebhookRequest{Notifications: ns})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,8 +33,8 @@ func TestLedgerRecordsEveryAttempt(t *testing.T) {
 	s := New()
 	srv := httptest.NewServer(s.Handler())
 	defer srv.Close()
-	a := activities.WebhookNotification{EventID: "e1", EventType: "x", Topic: "t", Key: "k", Event: json.RawMessage(`{"n":1}`)}
-	b := activities.WebhookNotification{EventID: "e2", EventType: "x", Topic: "t", Key: "k", Event: json.RawMessage(`{"n":2}`)}
+	a := consumer.WebhookNotification{EventID: "e1", EventType: "x", Topic: "t", Key: "k", Event: json.RawMessage(`{"n":1}`)}
+	b := consumer.WebhookNotification{EventID: "e2", EventType: "x", Topic: "t", Key: "k", Event: json.RawMessage(`{"n":2}`)}
 	if err := s.Set(Setting{Mode: Healthy, LoseAnswers: 1}); err != nil {
 		t.Fatal(err)
 	}

@@ -1,9 +1,11 @@
-package main
+// Package services runs claimflow's processes: the HTTP API, the Temporal
+// worker and the event consumer, alone (the `claimflow api|worker|consumer`
+// commands) or all together with their infrastructure (the dev stack).
+package services
 
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"log/slog"
 	"net"
@@ -19,14 +21,21 @@ import (
 
 	"github.com/claimflow/claimflow/activities"
 	"github.com/claimflow/claimflow/api"
+	"github.com/claimflow/claimflow/consumer"
+	"github.com/claimflow/claimflow/internal/config"
+	"github.com/claimflow/claimflow/internal/kafka"
+	"github.com/claimflow/claimflow/internal/store"
 	"github.com/claimflow/claimflow/worker"
 )
 
-func kafkaConfig(cfg config, clientID string) activities.KafkaConfig {
-	return activities.KafkaConfig{Brokers: cfg.KafkaBrokers, Version: cfg.KafkaVersion, ClientID: clientID}
+// KafkaConfig is the Kafka client configuration of cfg for clientID.
+func KafkaConfig(cfg config.Config, clientID string) kafka.Config {
+	return kafka.Config{Brokers: cfg.KafkaBrokers, Version: cfg.KafkaVersion, ClientID: clientID}
 }
 
-func openDB(ctx context.Context, cfg config, maxConns int32) (*pgxpool.Pool, error) {
+// OpenDB opens a pool of at most maxConns connections to cfg.DatabaseURL
+// and checks that it answers.
+func OpenDB(ctx context.Context, cfg config.Config, maxConns int32) (*pgxpool.Pool, error) {
 	pc, err := pgxpool.ParseConfig(cfg.DatabaseURL)
 	if err != nil {
 		return nil, fmt.Errorf("DATABASE_URL: %w", err)
@@ -35,10 +44,10 @@ func openDB(ctx context.Context, cfg config, maxConns int32) (*pgxpool.Pool, err
 	// The batch statements look rows up by "= ANY($1)" with hundreds of IDs.
 	// A generic plan cached while a table was small (or before autovacuum
 	// ever analyzed it) scans the whole table on every call, and stays
-	// cached: measured at 2,000 req/s, it read 28M notification rows and
-	// 5.8M enrollment rows in 45 s. A custom plan per call sees the array
-	// and the table as they are; planning costs ~0.3 ms per batch. A
-	// DATABASE_URL that sets plan_cache_mode itself wins.
+	// cached, so under load every batch reads whole tables. A custom plan
+	// per call sees the array and the table as they are, for a planning
+	// cost far below the scan it avoids. A DATABASE_URL that sets
+	// plan_cache_mode itself wins.
 	if _, set := pc.ConnConfig.RuntimeParams["plan_cache_mode"]; !set {
 		pc.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_custom_plan"
 	}
@@ -55,7 +64,9 @@ func openDB(ctx context.Context, cfg config, maxConns int32) (*pgxpool.Pool, err
 	return pool, nil
 }
 
-func dialTemporal(ctx context.Context, cfg config, log *slog.Logger, tel *telemetry) (client.Client, error) {
+// DialTemporal connects to cfg's Temporal namespace; tel, when not nil,
+// receives the SDK's metrics.
+func DialTemporal(ctx context.Context, cfg config.Config, log *slog.Logger, tel *Telemetry) (client.Client, error) {
 	c, err := client.DialContext(ctx, client.Options{
 		HostPort:  cfg.TemporalAddress,
 		Namespace: cfg.Namespace,
@@ -69,8 +80,8 @@ func dialTemporal(ctx context.Context, cfg config, log *slog.Logger, tel *teleme
 	return c, nil
 }
 
-// apiService is a running HTTP API.
-type apiService struct {
+// APIService is a running HTTP API.
+type APIService struct {
 	server  *http.Server
 	handler *api.Handler
 	done    chan struct{} // closed when Serve returned; err says why
@@ -78,9 +89,15 @@ type apiService struct {
 	Addr    string
 }
 
-// startAPI serves the API on cfg.HTTPAddr until Stop.
-func startAPI(cfg config, log *slog.Logger, pool *pgxpool.Pool, tc client.Client, tel *telemetry) (*apiService, error) {
-	security, err := cfg.Security.apiSecurity(log)
+// Done is closed when the server stopped serving; Err then says why.
+func (s *APIService) Done() <-chan struct{} { return s.done }
+
+// Err is why the server stopped serving on its own (nil after Stop).
+func (s *APIService) Err() error { return s.err }
+
+// StartAPI serves the API on cfg.HTTPAddr until Stop.
+func StartAPI(cfg config.Config, log *slog.Logger, pool *pgxpool.Pool, tc client.Client, tel *Telemetry) (*APIService, error) {
+	security, err := APISecurity(cfg.Security, log)
 	if err != nil {
 		return nil, err
 	}
@@ -106,7 +123,7 @@ func startAPI(cfg config, log *slog.Logger, pool *pgxpool.Pool, tc client.Client
 				return err
 			},
 			"kafka": func(ctx context.Context) error {
-				return activities.Ping(ctx, kafkaConfig(cfg, "claimflow-readyz"))
+				return kafka.Ping(ctx, KafkaConfig(cfg, "claimflow-readyz"))
 			},
 		},
 	})
@@ -114,7 +131,7 @@ func startAPI(cfg config, log *slog.Logger, pool *pgxpool.Pool, tc client.Client
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s (HTTP_ADDR): %w", cfg.HTTPAddr, err)
 	}
-	s := &apiService{
+	s := &APIService{
 		handler: handler,
 		server: &http.Server{
 			Handler:           handler,
@@ -137,28 +154,30 @@ func startAPI(cfg config, log *slog.Logger, pool *pgxpool.Pool, tc client.Client
 }
 
 // Stop lets in-flight requests finish, up to ctx.
-func (s *apiService) Stop(ctx context.Context) error {
+func (s *APIService) Stop(ctx context.Context) error {
 	err := s.server.Shutdown(ctx)
 	<-s.done
 	s.handler.Close()
 	return errors.Join(err, s.err)
 }
 
-// workerService is a running Temporal worker with its Kafka producer.
-type workerService struct {
+// WorkerService is a running Temporal worker with its Kafka producer.
+type WorkerService struct {
 	w        sdkworker.Worker
 	producer sarama.SyncProducer
 }
 
-func startWorker(cfg config, log *slog.Logger, pool *pgxpool.Pool, tc client.Client, tel *telemetry) (*workerService, error) {
-	producer, err := activities.NewProducer(kafkaConfig(cfg, "claimflow-worker"))
+// StartWorker polls claimflow's task queue until Stop.
+func StartWorker(cfg config.Config, log *slog.Logger, pool *pgxpool.Pool, tc client.Client, tel *Telemetry) (*WorkerService, error) {
+	producer, err := kafka.NewProducer(KafkaConfig(cfg, "claimflow-worker"))
 	if err != nil {
 		return nil, err
 	}
 	acts := &activities.Activities{DB: pool, Producer: producer, Log: log.With("component", "activities"),
-		Metrics: tel.Activities, Payouts: activities.NewPayouts(cfg.PayoutURL, cfg.PayoutTimeout),
-		Sink: notifySink(cfg, pool)}
-	w := worker.New(tc, acts, acts, worker.Options{
+		Metrics: tel.Activities, Payouts: activities.NewPayouts(cfg.PayoutURL, cfg.PayoutTimeout)}
+	delivery := &consumer.Activities{DB: pool, Producer: producer, Log: log.With("component", "delivery"),
+		Sink: NotifySink(cfg, pool)}
+	w := worker.New(tc, acts, delivery, worker.Options{
 		MaxConcurrentActivities: cfg.MaxActivities,
 		Interceptors:            []interceptor.WorkerInterceptor{worker.NewAttemptMetrics(tel.Registry)},
 	})
@@ -167,30 +186,26 @@ func startWorker(cfg config, log *slog.Logger, pool *pgxpool.Pool, tc client.Cli
 		return nil, fmt.Errorf("start worker: %w", err)
 	}
 	log.Info("worker polling", "task_queue", "claimflow")
-	return &workerService{w: w, producer: producer}, nil
+	return &WorkerService{w: w, producer: producer}, nil
 }
 
 // Stop waits for in-flight activities (bounded by the worker's stop timeout)
 // before closing the producer they publish with.
-func (s *workerService) Stop() error {
+func (s *WorkerService) Stop() error {
 	s.w.Stop()
 	return s.producer.Close()
 }
 
-func runAPICommand(ctx context.Context, cfg config, log *slog.Logger, args []string) error {
-	fs := flag.NewFlagSet("api", flag.ContinueOnError)
-	migrate := fs.Bool("migrate", true, "apply database migrations before serving")
-	fs.BoolVar(&cfg.Security.InsecureNoAuth, "insecure-no-auth", false, "serve without authentication, every request acting as an admin (never in production)")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	conn, err := connect(ctx, cfg, log, 32, *migrate, "")
+// RunAPI is the `claimflow api` process: it serves until ctx ends, then
+// shuts down within cfg.ShutdownTimeout.
+func RunAPI(ctx context.Context, cfg config.Config, log *slog.Logger, migrate bool) error {
+	conn, err := Connect(ctx, cfg, log, 32, migrate, "")
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
 	pool, tc, tel := conn.Pool, conn.Temporal, conn.Telemetry
-	svc, err := startAPI(cfg, log, pool, tc, tel)
+	svc, err := StartAPI(cfg, log, pool, tc, tel)
 	if err != nil {
 		return err
 	}
@@ -205,18 +220,15 @@ func runAPICommand(ctx context.Context, cfg config, log *slog.Logger, args []str
 	return svc.Stop(stopCtx)
 }
 
-func runWorkerCommand(ctx context.Context, cfg config, log *slog.Logger, args []string) error {
-	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	conn, err := connect(ctx, cfg, log, int32(min(cfg.MaxActivities, 64)), false, cfg.MetricsAddr)
+// RunWorker is the `claimflow worker` process: it polls until ctx ends.
+func RunWorker(ctx context.Context, cfg config.Config, log *slog.Logger) error {
+	conn, err := Connect(ctx, cfg, log, int32(min(cfg.MaxActivities, 64)), false, cfg.MetricsAddr)
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
 	pool, tc, tel := conn.Pool, conn.Temporal, conn.Telemetry
-	svc, err := startWorker(cfg, log, pool, tc, tel)
+	svc, err := StartWorker(cfg, log, pool, tc, tel)
 	if err != nil {
 		return err
 	}
@@ -225,58 +237,55 @@ func runWorkerCommand(ctx context.Context, cfg config, log *slog.Logger, args []
 	return svc.Stop()
 }
 
-func runMigrate(ctx context.Context, cfg config, log *slog.Logger, args []string) error {
-	fs := flag.NewFlagSet("migrate", flag.ContinueOnError)
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	pool, err := openDB(ctx, cfg, 2)
+// Migrate applies the database migrations and returns.
+func Migrate(ctx context.Context, cfg config.Config, log *slog.Logger) error {
+	pool, err := OpenDB(ctx, cfg, 2)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	return activities.Migrate(ctx, pool, log)
+	return store.Migrate(ctx, pool, log)
 }
 
-func metricsHandler(tel *telemetry) client.MetricsHandler {
+func metricsHandler(tel *Telemetry) client.MetricsHandler {
 	if tel == nil {
 		return nil
 	}
 	return tel.Temporal.Handler()
 }
 
-// connection is what a service process holds: Postgres, Temporal and its
+// Connection is what a service process holds: Postgres, Temporal and its
 // metrics (served on metricsAddr when the process has no API to serve them).
-type connection struct {
+type Connection struct {
 	Pool      *pgxpool.Pool
 	Temporal  client.Client
-	Telemetry *telemetry
+	Telemetry *Telemetry
 	closers   []func()
 }
 
-// connect opens what every service command needs, migrating first if asked.
-func connect(ctx context.Context, cfg config, log *slog.Logger, maxConns int32, migrate bool, metricsAddr string) (c *connection, err error) {
-	c = &connection{Telemetry: newTelemetry()}
+// Connect opens what every service command needs, migrating first if asked.
+func Connect(ctx context.Context, cfg config.Config, log *slog.Logger, maxConns int32, migrate bool, metricsAddr string) (c *Connection, err error) {
+	c = &Connection{Telemetry: NewTelemetry()}
 	defer func() {
 		if err != nil {
 			c.Close()
 		}
 	}()
-	if c.Pool, err = openDB(ctx, cfg, maxConns); err != nil {
+	if c.Pool, err = OpenDB(ctx, cfg, maxConns); err != nil {
 		return c, err
 	}
 	c.closers = append(c.closers, c.Pool.Close)
 	if migrate {
-		if err := activities.Migrate(ctx, c.Pool, log); err != nil {
+		if err := store.Migrate(ctx, c.Pool, log); err != nil {
 			return c, err
 		}
 	}
-	stopMetrics, err := serveMetrics(metricsAddr, c.Telemetry, log)
+	stopMetrics, err := ServeMetrics(metricsAddr, c.Telemetry, log)
 	if err != nil {
 		return c, err
 	}
 	c.closers = append(c.closers, stopMetrics)
-	if c.Temporal, err = dialTemporal(ctx, cfg, log, c.Telemetry); err != nil {
+	if c.Temporal, err = DialTemporal(ctx, cfg, log, c.Telemetry); err != nil {
 		return c, err
 	}
 	c.closers = append(c.closers, c.Temporal.Close)
@@ -284,7 +293,7 @@ func connect(ctx context.Context, cfg config, log *slog.Logger, maxConns int32, 
 }
 
 // Close releases in reverse order of opening.
-func (c *connection) Close() {
+func (c *Connection) Close() {
 	for i := len(c.closers) - 1; i >= 0; i-- {
 		c.closers[i]()
 	}

@@ -1,4 +1,4 @@
-package main
+package services
 
 import "testing"
 
@@ -16,8 +16,8 @@ func TestChooseServices(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.list, func(t *testing.T) {
-			var o stackOptions
-			err := o.chooseServices(tt.list)
+			var o StackOptions
+			err := o.ChooseServices(tt.list)
 			if (err != nil) != tt.wantErr {
 				t.Fatalf("error %v, want error: %v", err, tt.wantErr)
 			}

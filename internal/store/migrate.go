@@ -1,4 +1,7 @@
-package activities
+// Package store is claimflow's PostgreSQL schema and the reads the API and
+// the audit make: migrations, status values, and the queries outside the
+// sagas' effects (those stay with the activities that make them).
+package store
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package main
+package services
 
 import (
 	"errors"
@@ -13,32 +13,38 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/claimflow/claimflow/activities"
+	"github.com/claimflow/claimflow/consumer"
 	"github.com/claimflow/claimflow/worker"
 )
 
-// telemetry is one process's metrics: claimflow's own, the Temporal SDK's,
+// Telemetry is one process's metrics: claimflow's own, the Temporal SDK's,
 // and the Go runtime's, all served from one /metrics.
-type telemetry struct {
+type Telemetry struct {
 	Registry *prometheus.Registry
 	Temporal *worker.TemporalMetrics
-	// Activities is shared by the worker and the consumer of one process.
+	// Activities are the worker's activities' metrics; Consumer the event
+	// consumer's.
 	Activities *activities.Metrics
+	Consumer   *consumer.Metrics
 }
 
-func newTelemetry() *telemetry {
-	t := &telemetry{Registry: prometheus.NewRegistry(), Temporal: worker.NewTemporalMetrics()}
+// NewTelemetry is a fresh registry with the Go runtime's, the Temporal
+// SDK's and the activities' metrics.
+func NewTelemetry() *Telemetry {
+	t := &Telemetry{Registry: prometheus.NewRegistry(), Temporal: worker.NewTemporalMetrics()}
 	t.Registry.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		t.Temporal,
 	)
 	t.Activities = activities.NewMetrics(t.Registry)
+	t.Consumer = consumer.NewMetrics(t.Registry)
 	return t
 }
 
-// serveMetrics serves /metrics (and /healthz) for processes without an API,
+// ServeMetrics serves /metrics (and /healthz) for processes without an API,
 // such as the worker, on addr; empty addr serves nothing.
-func serveMetrics(addr string, t *telemetry, log *slog.Logger) (stop func(), err error) {
+func ServeMetrics(addr string, t *Telemetry, log *slog.Logger) (stop func(), err error) {
 	if addr == "" {
 		return func() {}, nil
 	}

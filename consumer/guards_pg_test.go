@@ -1,4 +1,4 @@
-package activities
+package consumer
 
 // The consumer's dedupe, contended where it lives: the consumer's batch step
 // (Consumer.apply, fed by a fake session instead of Kafka), the durable
@@ -24,6 +24,9 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/testsuite"
 
+	"github.com/claimflow/claimflow/internal/config"
+	"github.com/claimflow/claimflow/internal/kafka"
+	"github.com/claimflow/claimflow/internal/store/pgtest"
 	"github.com/claimflow/claimflow/workflows"
 )
 
@@ -132,10 +135,10 @@ func assertOneRowEach(t *testing.T, db *pgxpool.Pool, ids []string) {
 }
 
 func testConsumer(t *testing.T, db *pgxpool.Pool, webhook string) *Consumer {
-	log := slog.New(slog.NewTextHandler(testLogWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	log := slog.New(slog.NewTextHandler(pgtest.LogWriter{T: t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	return &Consumer{
-		cfg: ConsumerConfig{Sink: &Sink{DB: db, WebhookURL: webhook}, Temporal: noHandOff{t}, Log: log,
-			MaxBatch: DefaultConsumerBatch, DrainTimeout: time.Second},
+		cfg: Config{Sink: &Sink{DB: db, WebhookURL: webhook}, Temporal: noHandOff{t}, Log: log,
+			MaxBatch: config.DefaultConsumerBatch, DrainTimeout: time.Second},
 		log: log,
 	}
 }
@@ -230,7 +233,7 @@ func TestSinkRecordIsIdempotent(t *testing.T) {
 	for i := range 8 {
 		id := fmt.Sprintf("%se%d/x", p, i)
 		ids = append(ids, id)
-		n, err := newNotification(ParseEvent(eventRecord(p+"topic", int64(i), id, "s")))
+		n, err := newNotification(kafka.ParseEvent(eventRecord(p+"topic", int64(i), id, "s")))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -287,7 +290,7 @@ func TestDeliverNotificationOnce(t *testing.T) {
 	if _, err := applyBatch(t, c, []*sarama.ConsumerMessage{eventRecord(p+"topic", 0, done, "s1")}); err != nil {
 		t.Fatal(err)
 	}
-	res, err := deliver(ParseEvent(eventRecord(p+"topic", 0, done, "s1")))
+	res, err := deliver(kafka.ParseEvent(eventRecord(p+"topic", 0, done, "s1")))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -298,7 +301,7 @@ func TestDeliverNotificationOnce(t *testing.T) {
 
 	// New: delivered by several attempts at once, then retried.
 	fresh := p + "fresh/" + workflows.EventEnrollmentConfirmed
-	ev := ParseEvent(eventRecord(p+"topic", 1, fresh, "s2"))
+	ev := kafka.ParseEvent(eventRecord(p+"topic", 1, fresh, "s2"))
 	concurrently(4, func(int) {
 		if _, err := deliver(ev); err != nil {
 			t.Errorf("deliver: %v", err)
@@ -314,62 +317,4 @@ func TestDeliverNotificationOnce(t *testing.T) {
 			res.AlreadyDone, sent, hook.count(fresh))
 	}
 	assertOneRowEach(t, db, []string{done, fresh})
-}
-
-// A publish that fails round after round, recorded from several attempts at
-// once, is one dead letter (per stage) with the highest round; the
-// enrollment keeps its seat, dead-lettered.
-func TestRecordDeadLetterOnePerEvent(t *testing.T) {
-	db, p := testDB(t)
-	a := testActivities(t, db)
-	ctx := context.Background()
-	course := p + "c"
-	addCourse(t, db, course, 2)
-	in := seatInput(p, "e1", course, "s1")
-	if _, err := a.ReserveSeat(ctx, in); err != nil {
-		t.Fatal(err)
-	}
-	eventID := workflows.EventID(in.EnrollmentID, workflows.EventEnrollmentConfirmed)
-	msg := workflows.Message{Topic: p + "enrollments", Key: "s1", Event: workflows.Event{
-		ID: eventID, Type: workflows.EventEnrollmentConfirmed, OccurredAt: time.Now(), Data: map[string]any{"student_id": "s1"}}}
-	concurrently(6, func(i int) {
-		_, err := a.RecordDeadLetter(ctx, workflows.DeadLetterInput{Message: msg, WorkflowID: in.WorkflowID, RunID: "run-1",
-			EnrollmentID: in.EnrollmentID, Error: "broker down", Round: 1 + i%3})
-		if err != nil {
-			t.Errorf("record dead letter: %v", err)
-		}
-	})
-	value, _ := json.Marshal(msg.Event)
-	consumed := workflows.ConsumedEvent{Topic: msg.Topic, Key: "s1", EventID: eventID, EventType: msg.Event.Type, Value: string(value)}
-	concurrently(4, func(i int) {
-		_, err := a.RecordConsumeDeadLetter(ctx, workflows.ConsumeDeadLetterInput{Event: consumed, WorkflowID: "deliver-" + eventID,
-			RunID: fmt.Sprint("run-", i), Error: "webhook down", Round: 1})
-		if err != nil {
-			t.Errorf("record consume dead letter: %v", err)
-		}
-	})
-	rows, err := db.Query(ctx, `SELECT stage, count(*), max(rounds) FROM dead_letters WHERE event_id = $1 GROUP BY stage ORDER BY stage`, eventID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	got := map[string][2]int{}
-	for rows.Next() {
-		var stage string
-		var n, rounds int
-		if err := rows.Scan(&stage, &n, &rounds); err != nil {
-			t.Fatal(err)
-		}
-		got[stage] = [2]int{n, rounds}
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	if want := map[string][2]int{"consume": {1, 1}, "publish": {1, 3}}; fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Errorf("dead letters of %s (stage: rows, rounds) = %v, want %v", eventID, got, want)
-	}
-	if s := statusOf(t, db, in.EnrollmentID); s != "dead_lettered" {
-		t.Errorf("enrollment is %s, want dead_lettered", s)
-	}
-	assertSeats(t, db, course, 1)
 }

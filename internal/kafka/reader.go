@@ -1,7 +1,8 @@
-package activities
+package kafka
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -17,8 +18,8 @@ import (
 // as it was when the call began, and identifies each as the consumer does
 // (Value is dropped to keep memory small). Topics that do not exist are
 // returned as missing rather than failing the read.
-func ReadTopics(ctx context.Context, cfg KafkaConfig, topics []string) (records []workflows.ConsumedEvent, missing []string, err error) {
-	sc, err := saramaConfig(cfg)
+func ReadTopics(ctx context.Context, cfg Config, topics []string) (records []workflows.ConsumedEvent, missing []string, err error) {
+	sc, err := SaramaConfig(cfg)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -123,8 +124,8 @@ func readPartition(ctx context.Context, c sarama.Client, consumer sarama.Consume
 
 // CommittedOffsets returns, per topic and partition, the next offset the
 // group will read (-1 when it has committed nothing there).
-func CommittedOffsets(cfg KafkaConfig, group string, topics map[string][]int32) (map[string]map[int32]int64, error) {
-	sc, err := saramaConfig(cfg)
+func CommittedOffsets(cfg Config, group string, topics map[string][]int32) (map[string]map[int32]int64, error) {
+	sc, err := SaramaConfig(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -151,4 +152,44 @@ func CommittedOffsets(cfg KafkaConfig, group string, topics map[string][]int32) 
 		}
 	}
 	return out, nil
+}
+
+// ParseEvent identifies a consumed record. It never fails: a record that is
+// not an event still gets an ID (its position) and a Malformed reason, so it
+// can be dead-lettered, counted by the audit and deduplicated like any other.
+func ParseEvent(m *sarama.ConsumerMessage) workflows.ConsumedEvent {
+	ev := workflows.ConsumedEvent{
+		Topic:     m.Topic,
+		Partition: m.Partition,
+		Offset:    m.Offset,
+		Key:       string(m.Key),
+		Value:     string(m.Value),
+	}
+	for _, h := range m.Headers {
+		if h != nil && string(h.Key) == "event_id" {
+			ev.EventID = string(h.Value)
+		}
+	}
+	var env struct {
+		ID   string `json:"event_id"`
+		Type string `json:"type"`
+	}
+	if err := json.Unmarshal(m.Value, &env); err != nil {
+		ev.Malformed = "value is not a JSON event: " + err.Error()
+	} else {
+		if env.ID != "" {
+			ev.EventID = env.ID
+		}
+		ev.EventType = env.Type
+		if env.Type == "" {
+			ev.Malformed = "event has no type"
+		}
+	}
+	if ev.EventID == "" {
+		ev.EventID = fmt.Sprintf("%s/%d@%d", m.Topic, m.Partition, m.Offset)
+		if ev.Malformed == "" {
+			ev.Malformed = "event has no event_id"
+		}
+	}
+	return ev
 }

@@ -1,5 +1,5 @@
 // Package notifysim is a notification webhook for the local stack and the
-// tests: it takes the consumer's batches (activities.WebhookRequest), dedupes
+// tests: it takes the consumer's batches (consumer.WebhookRequest), dedupes
 // on the event ID as a receiver must, and can be switched at run time to
 // fail or slow down, so the consumer's retry path is driven by real failed
 // HTTP calls rather than by a flag inside the consumer.
@@ -48,7 +48,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/claimflow/claimflow/activities"
+	"github.com/claimflow/claimflow/consumer"
 )
 
 // Mode is how the simulator answers.
@@ -397,7 +397,7 @@ func (s *Server) Deliveries(topic string) []Delivery {
 }
 
 func (s *Server) receive(w http.ResponseWriter, r *http.Request) {
-	var req activities.WebhookRequest
+	var req consumer.WebhookRequest
 	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<20)).Decode(&req); err != nil {
 		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "body is not a notification batch: " + err.Error()})
 		return
@@ -424,7 +424,7 @@ func (s *Server) receive(w http.ResponseWriter, r *http.Request) {
 
 // apply decides each notification in order, under one lock, so that the
 // counters and the dedupe set always agree.
-func (s *Server) apply(req activities.WebhookRequest) (resp activities.WebhookResponse, outage, lost bool) {
+func (s *Server) apply(req consumer.WebhookRequest) (resp consumer.WebhookResponse, outage, lost bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.total.Requests++
@@ -436,7 +436,7 @@ func (s *Server) apply(req activities.WebhookRequest) (resp activities.WebhookRe
 		s.loseLeft--
 		lost = true
 	}
-	resp = activities.WebhookResponse{Results: make([]activities.WebhookResult, 0, len(req.Notifications))}
+	resp = consumer.WebhookResponse{Results: make([]consumer.WebhookResult, 0, len(req.Notifications))}
 	now := time.Now()
 	counted := map[string]bool{}
 	for _, n := range req.Notifications {
@@ -471,7 +471,7 @@ func (s *Server) apply(req activities.WebhookRequest) (resp activities.WebhookRe
 			s.total.Rejected++
 			ts.Rejected++
 			e.LastError = fmt.Sprintf("rejected (simulated failure, attempt %d)", s.attempts[n.EventID])
-			resp.Results = append(resp.Results, activities.WebhookResult{EventID: n.EventID, Status: activities.WebhookRejected,
+			resp.Results = append(resp.Results, consumer.WebhookResult{EventID: n.EventID, Status: consumer.WebhookRejected,
 				Error: e.LastError})
 			d.Result = Rejected
 			s.ledger = append(s.ledger, d)
@@ -480,7 +480,7 @@ func (s *Server) apply(req activities.WebhookRequest) (resp activities.WebhookRe
 		if e.Delivered {
 			s.total.Duplicates++
 			ts.Duplicates++
-			resp.Results = append(resp.Results, activities.WebhookResult{EventID: n.EventID, Status: activities.WebhookDuplicate})
+			resp.Results = append(resp.Results, consumer.WebhookResult{EventID: n.EventID, Status: consumer.WebhookDuplicate})
 			d.Result = Duplicate
 			s.ledger = append(s.ledger, d)
 			continue
@@ -488,7 +488,7 @@ func (s *Server) apply(req activities.WebhookRequest) (resp activities.WebhookRe
 		e.Delivered, e.DeliveredAt, e.LastError = true, now, ""
 		s.total.Delivered++
 		ts.Delivered++
-		resp.Results = append(resp.Results, activities.WebhookResult{EventID: n.EventID, Status: activities.WebhookAccepted})
+		resp.Results = append(resp.Results, consumer.WebhookResult{EventID: n.EventID, Status: consumer.WebhookAccepted})
 		d.Result = Accepted
 		s.ledger = append(s.ledger, d)
 	}
@@ -497,7 +497,7 @@ func (s *Server) apply(req activities.WebhookRequest) (resp activities.WebhookRe
 
 // bodyDigest hashes a notification as decoded and encoded again, so the
 // batch it came in and its position there do not matter.
-func bodyDigest(n activities.WebhookNotification) string {
+func bodyDigest(n consumer.WebhookNotification) string {
 	b, err := json.Marshal(n)
 	if err != nil {
 		return "unencodable: " + err.Error()

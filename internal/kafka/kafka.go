@@ -1,4 +1,7 @@
-package activities
+// Package kafka is claimflow's Kafka plumbing: the topic list, client
+// configuration, the producer the activities publish with, topic admin,
+// and the reader the audit and the tests use.
+package kafka
 
 import (
 	"context"
@@ -7,10 +10,11 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
+	"github.com/claimflow/claimflow/workflows"
 )
 
-// KafkaConfig is what a claimflow process needs to reach Kafka.
-type KafkaConfig struct {
+// Config is what a claimflow process needs to reach Kafka.
+type Config struct {
 	Brokers []string
 	// Version must not be above the broker's; kfake and Kafka 4.x both
 	// accept 2.8 and later.
@@ -22,8 +26,8 @@ type KafkaConfig struct {
 // NewProducer returns a producer whose SendMessage returns only once every
 // in-sync replica has the message, with the idempotent producer on so that
 // sarama's own retries do not write a message twice.
-func NewProducer(cfg KafkaConfig) (sarama.SyncProducer, error) {
-	sc, err := saramaConfig(cfg)
+func NewProducer(cfg Config) (sarama.SyncProducer, error) {
+	sc, err := SaramaConfig(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -45,14 +49,16 @@ func NewProducer(cfg KafkaConfig) (sarama.SyncProducer, error) {
 	return p, nil
 }
 
-func saramaConfig(cfg KafkaConfig) (*sarama.Config, error) {
+// SaramaConfig is the client configuration every claimflow client starts
+// from: version, client ID and metadata retries.
+func SaramaConfig(cfg Config) (*sarama.Config, error) {
 	if len(cfg.Brokers) == 0 {
 		return nil, errors.New("no Kafka brokers configured (set KAFKA_BROKERS)")
 	}
 	sc := sarama.NewConfig()
 	version := cfg.Version
 	if version == "" {
-		version = DefaultKafkaVersion
+		version = DefaultVersion
 	}
 	v, err := sarama.ParseKafkaVersion(version)
 	if err != nil {
@@ -69,9 +75,9 @@ func saramaConfig(cfg KafkaConfig) (*sarama.Config, error) {
 	return sc, nil
 }
 
-// DefaultKafkaVersion is the protocol version claimflow speaks unless told
+// DefaultVersion is the protocol version claimflow speaks unless told
 // otherwise; both kfake and Apache Kafka 4.x accept it.
-const DefaultKafkaVersion = "3.9.0"
+const DefaultVersion = "3.9.0"
 
 // Topic is a topic claimflow needs.
 type Topic struct {
@@ -82,8 +88,8 @@ type Topic struct {
 
 // EnsureTopics creates the topics that are missing; existing ones are left
 // as they are.
-func EnsureTopics(ctx context.Context, cfg KafkaConfig, topics []Topic) error {
-	sc, err := saramaConfig(cfg)
+func EnsureTopics(ctx context.Context, cfg Config, topics []Topic) error {
+	sc, err := SaramaConfig(cfg)
 	if err != nil {
 		return err
 	}
@@ -105,8 +111,8 @@ func EnsureTopics(ctx context.Context, cfg KafkaConfig, topics []Topic) error {
 }
 
 // Ping checks that a broker answers a metadata request.
-func Ping(ctx context.Context, cfg KafkaConfig) error {
-	sc, err := saramaConfig(cfg)
+func Ping(ctx context.Context, cfg Config) error {
+	sc, err := SaramaConfig(cfg)
 	if err != nil {
 		return err
 	}
@@ -125,4 +131,48 @@ func Ping(ctx context.Context, cfg KafkaConfig) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// EventTopic is a topic the workflows publish events to, with the
+// dead-letter topic (Name + ".DLT") where a record that cannot be
+// delivered is copied for tools that watch Kafka.
+type EventTopic struct {
+	Name       string
+	Partitions int32
+	DLT        string
+	// DLTPartitions is small: dead letters are rare and unordered.
+	DLTPartitions int32
+}
+
+// EventTopics is every topic claimflow publishes to. 12 partitions leave
+// room for per-key ordering across several consumers. The dev stack
+// creates these, the compose file's kafka-init must create them too
+// (deploy/compose_test.go checks), and the consumer reads the Names by
+// default.
+var EventTopics = []EventTopic{
+	{Name: workflows.EnrollmentTopic, Partitions: 12, DLT: workflows.EnrollmentDLTTopic, DLTPartitions: 1},
+	{Name: workflows.CouponTopic, Partitions: 12, DLT: workflows.CouponDLTTopic, DLTPartitions: 1},
+}
+
+// AllTopics is every topic of EventTopics and their dead-letter topics,
+// each partition with replicas copies (at least one).
+func AllTopics(replicas int16) []Topic {
+	replicas = max(replicas, 1)
+	var out []Topic
+	for _, t := range EventTopics {
+		out = append(out,
+			Topic{Name: t.Name, Partitions: t.Partitions, Replicas: replicas},
+			Topic{Name: t.DLT, Partitions: t.DLTPartitions, Replicas: replicas})
+	}
+	return out
+}
+
+// EventTopicNames are the names of EventTopics, the topics the consumer
+// reads unless told otherwise.
+func EventTopicNames() []string {
+	out := make([]string, len(EventTopics))
+	for i, t := range EventTopics {
+		out[i] = t.Name
+	}
+	return out
 }

@@ -1,4 +1,4 @@
-package main
+package services
 
 import (
 	"context"
@@ -8,20 +8,23 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.temporal.io/sdk/client"
 
-	"github.com/claimflow/claimflow/activities"
-	"github.com/claimflow/claimflow/deploy/devstack"
-	"github.com/claimflow/claimflow/deploy/notifysim"
-	"github.com/claimflow/claimflow/deploy/payoutsim"
+	"github.com/claimflow/claimflow/internal/config"
+	"github.com/claimflow/claimflow/internal/devstack"
+	"github.com/claimflow/claimflow/internal/kafka"
+	"github.com/claimflow/claimflow/internal/notifysim"
+	"github.com/claimflow/claimflow/internal/payoutsim"
+	"github.com/claimflow/claimflow/internal/store"
 	"github.com/claimflow/claimflow/workflows"
 )
 
-// stackOptions says where the local stack keeps its data and listens.
-type stackOptions struct {
+// StackOptions says where the local stack keeps its data and listens.
+type StackOptions struct {
 	DataDir      string
 	HTTPAddr     string
 	TemporalPort int
@@ -58,54 +61,44 @@ type stackOptions struct {
 	Progress io.Writer
 }
 
-// topics are created at start; 12 partitions leave room for per-course
-// ordering across several consumers.
-var topics = []devstack.Topic{
-	{Name: workflows.EnrollmentTopic, Partitions: 12},
-	{Name: workflows.EnrollmentDLTTopic, Partitions: 1},
-	{Name: workflows.CouponTopic, Partitions: 12},
-	{Name: workflows.CouponDLTTopic, Partitions: 1},
-}
-
-func kafkaTopics(replicas int16) []activities.Topic {
-	if replicas < 1 {
-		replicas = 1
-	}
-	out := make([]activities.Topic, len(topics))
-	for i, t := range topics {
-		out[i] = activities.Topic{Name: t.Name, Partitions: t.Partitions, Replicas: replicas}
+// Topics are kafka.AllTopics as the dev stack's kfake creates them.
+var Topics = func() []devstack.Topic {
+	var out []devstack.Topic
+	for _, t := range kafka.AllTopics(1) {
+		out = append(out, devstack.Topic{Name: t.Name, Partitions: t.Partitions})
 	}
 	return out
-}
+}()
 
-// temporalDynamicConfig lets a batch run list every course and student it
+// TemporalDynamicConfig lets a batch run list every course and student it
 // holds in its CourseId/StudentId search attributes (2 KiB per value by
-// default); the batcher stays below claimBatchAttrBytes.
-var temporalDynamicConfig = map[string]string{
+// default); the batcher stays below ClaimBatchAttrBytes.
+var TemporalDynamicConfig = map[string]string{
 	"frontend.searchAttributesSizeOfValueLimit": "32768",
 	"frontend.searchAttributesTotalSizeLimit":   "131072",
 	// One partition per task queue: with the default four, a task written
-	// to a partition no poller is waiting on sat up to ~2 s before it was
-	// forwarded (seen as 2 s schedule-to-start of batch runs at 2,000/s). A
-	// single dev server and a handful of pollers gain nothing from spreading.
+	// to a partition no poller is waiting on waits to be forwarded, which
+	// shows as schedule-to-start delay of batch runs under load. A single
+	// dev server and a handful of pollers gain nothing from spreading.
 	"matching.numTaskqueueReadPartitions":  "1",
 	"matching.numTaskqueueWritePartitions": "1",
-	// History reads its task queues at most 20 times a second by default,
-	// so every new workflow task waited ~25 ms (task_latency_load) before it
-	// reached matching, in bursts that overran the pollers and went through
-	// the backlog (another ~45 ms). A batch run lives ~20 ms; reading more
-	// often is what keeps answers fast.
+	// History's default poll rate of its task queues makes every new
+	// workflow task wait before it reaches matching, and the bursts that
+	// follow overrun the pollers and go through the backlog. A batch run is
+	// short-lived; reading more often is what keeps answers fast.
 	"history.transferProcessorMaxPollRPS":   "500",
 	"history.visibilityProcessorMaxPollRPS": "200",
 	"history.timerProcessorMaxPollRPS":      "200",
 }
 
-const claimBatchAttrBytes = 30000
+// ClaimBatchAttrBytes is the dev stack's CLAIM_BATCH_ATTR_BYTES, within
+// the limit TemporalDynamicConfig raises.
+const ClaimBatchAttrBytes = 30000
 
-// stack is the whole system on one machine: Temporal dev server, kfake,
+// Stack is the whole system on one machine: Temporal dev server, kfake,
 // Postgres, and the API and worker in this process.
-type stack struct {
-	Config   config
+type Stack struct {
+	Config   config.Config
 	Temporal *devstack.TemporalServer
 	Kafka    *devstack.Kafka
 	Postgres *devstack.Postgres // nil when DATABASE_URL was given
@@ -113,18 +106,20 @@ type stack struct {
 	Notify   *notifysim.Server  // nil when NOTIFY_WEBHOOK_URL was given
 	Pool     *pgxpool.Pool
 	Client   client.Client
-	API      *apiService
-	Worker   *workerService
-	Consumer *consumerService
+	API      *APIService
+	Worker   *WorkerService
+	Consumer *ConsumerService
 	// Telemetry is served on the API's /metrics.
-	Telemetry *telemetry
-	log       *slog.Logger
-	opts      stackOptions // as started, with an absolute DataDir
+	Telemetry *Telemetry
+	// Options are as started, with an absolute DataDir.
+	Options StackOptions
+	// Log is the logger the services were started with.
+	Log *slog.Logger
 }
 
-// startStack starts every part and returns once the API answers. On error
+// StartStack starts every part and returns once the API answers. On error
 // it stops what it had started.
-func startStack(ctx context.Context, base config, log *slog.Logger, o stackOptions) (s *stack, err error) {
+func StartStack(ctx context.Context, base config.Config, log *slog.Logger, o StackOptions) (s *Stack, err error) {
 	dataDir, err := filepath.Abs(o.DataDir)
 	if err != nil {
 		return nil, fmt.Errorf("data dir %q: %w", o.DataDir, err)
@@ -137,7 +132,7 @@ func startStack(ctx context.Context, base config, log *slog.Logger, o stackOptio
 		progress = io.Discard
 	}
 	o.DataDir = dataDir
-	s = &stack{Config: base, log: log, opts: o}
+	s = &Stack{Config: base, Log: log, Options: o}
 	defer func() {
 		if err != nil {
 			stopCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -160,7 +155,7 @@ func startStack(ctx context.Context, base config, log *slog.Logger, o stackOptio
 		UIPort:           o.UIPort,
 		Namespace:        base.Namespace,
 		SearchAttributes: workflows.SearchAttributeTypes,
-		DynamicConfig:    temporalDynamicConfig,
+		DynamicConfig:    TemporalDynamicConfig,
 		Headless:         o.Headless,
 		LogFile:          filepath.Join(dataDir, "logs", "temporal.log"),
 	})
@@ -169,12 +164,12 @@ func startStack(ctx context.Context, base config, log *slog.Logger, o stackOptio
 	}
 	s.Config.TemporalAddress = s.Temporal.Addr
 	s.Config.TemporalUIURL = s.Temporal.UIURL
-	s.Config.ClaimBatchAttrBytes = claimBatchAttrBytes
+	s.Config.ClaimBatchAttrBytes = ClaimBatchAttrBytes
 
 	if len(o.KafkaBrokers) > 0 {
 		s.Config.KafkaBrokers = o.KafkaBrokers
 		fmt.Fprintf(progress, "using Kafka at %v...\n", o.KafkaBrokers)
-		if err := activities.EnsureTopics(ctx, kafkaConfig(s.Config, "claimflow-dev"), kafkaTopics(o.KafkaReplicas)); err != nil {
+		if err := kafka.EnsureTopics(ctx, KafkaConfig(s.Config, "claimflow-dev"), kafka.AllTopics(o.KafkaReplicas)); err != nil {
 			return s, err
 		}
 	} else {
@@ -182,7 +177,7 @@ func startStack(ctx context.Context, base config, log *slog.Logger, o stackOptio
 		s.Kafka, err = devstack.StartKafka(ctx, devstack.KafkaOptions{
 			DataDir: filepath.Join(dataDir, "kafka"),
 			Port:    o.KafkaPort,
-			Topics:  topics,
+			Topics:  Topics,
 		})
 		if err != nil {
 			return s, err
@@ -228,52 +223,54 @@ func startStack(ctx context.Context, base config, log *slog.Logger, o stackOptio
 	}
 	s.Config.HTTPAddr = o.HTTPAddr
 	s.Config.Security.InsecureNoAuth = s.Config.Security.InsecureNoAuth || o.InsecureNoAuth
-	if err := ensureStackSecret(&s.Config.Security, dataDir); err != nil {
+	if err := config.EnsureStackSecret(&s.Config.Security, dataDir); err != nil {
 		return s, err
 	}
 
-	if err := s.startServices(ctx); err != nil {
+	if err := s.StartServices(ctx); err != nil {
 		return s, err
 	}
 	return s, nil
 }
 
-// startServices connects to the infrastructure and starts worker, consumer and API.
-func (s *stack) startServices(ctx context.Context) (err error) {
-	s.Pool, err = openDB(ctx, s.Config, 64)
+// StartServices connects to the infrastructure and starts worker, consumer
+// and API, those that s.Options do not leave to other processes.
+func (s *Stack) StartServices(ctx context.Context) (err error) {
+	s.Pool, err = OpenDB(ctx, s.Config, 64)
 	if err != nil {
 		return err
 	}
-	if err := activities.Migrate(ctx, s.Pool, s.log); err != nil {
+	if err := store.Migrate(ctx, s.Pool, s.Log); err != nil {
 		return err
 	}
 	// A fresh registry per start: services restarted in this process
 	// register their metrics again.
-	s.Telemetry = newTelemetry()
-	s.Client, err = dialTemporal(ctx, s.Config, s.log, s.Telemetry)
+	s.Telemetry = NewTelemetry()
+	s.Client, err = DialTemporal(ctx, s.Config, s.Log, s.Telemetry)
 	if err != nil {
 		return err
 	}
-	if !s.opts.NoWorker {
-		s.Worker, err = startWorker(s.Config, s.log, s.Pool, s.Client, s.Telemetry)
+	if !s.Options.NoWorker {
+		s.Worker, err = StartWorker(s.Config, s.Log, s.Pool, s.Client, s.Telemetry)
 		if err != nil {
 			return err
 		}
 	}
-	if !s.opts.NoConsumer {
-		s.Consumer, err = startConsumer(s.Config, s.log, s.Pool, s.Client, s.Telemetry)
+	if !s.Options.NoConsumer {
+		s.Consumer, err = StartConsumer(s.Config, s.Log, s.Pool, s.Client, s.Telemetry)
 		if err != nil {
 			return err
 		}
 	}
-	if !s.opts.NoAPI {
-		s.API, err = startAPI(s.Config, s.log, s.Pool, s.Client, s.Telemetry)
+	if !s.Options.NoAPI {
+		s.API, err = StartAPI(s.Config, s.Log, s.Pool, s.Client, s.Telemetry)
 	}
 	return err
 }
 
-// stopServices stops API and worker, letting in-flight work finish.
-func (s *stack) stopServices(ctx context.Context) error {
+// StopServices stops API, consumer and worker, letting in-flight work
+// finish; the infrastructure keeps running.
+func (s *Stack) StopServices(ctx context.Context) error {
 	var errs []error
 	if s.API != nil {
 		errs = append(errs, s.API.Stop(ctx))
@@ -302,8 +299,8 @@ func (s *stack) stopServices(ctx context.Context) error {
 
 // Stop shuts everything down, services first so that no work is cut off by
 // its infrastructure disappearing.
-func (s *stack) Stop(ctx context.Context) error {
-	errs := []error{s.stopServices(ctx)}
+func (s *Stack) Stop(ctx context.Context) error {
+	errs := []error{s.StopServices(ctx)}
 	if s.Temporal != nil {
 		errs = append(errs, s.Temporal.Stop(ctx))
 		s.Temporal = nil
@@ -327,8 +324,8 @@ func (s *stack) Stop(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// readyLine is what `claimflow dev` prints once everything answers.
-func (s *stack) readyLine() string {
+// ReadyLine is what `claimflow dev` prints once everything answers.
+func (s *Stack) ReadyLine() string {
 	ui := s.Config.TemporalUIURL
 	if ui == "" {
 		ui = "(headless)"
@@ -338,16 +335,27 @@ func (s *stack) readyLine() string {
 		api = "http://" + s.API.Addr
 	}
 	return fmt.Sprintf("claimflow ready: api=%s ui=%s temporal=%s kafka=%s database=%s",
-		api, ui, s.Config.TemporalAddress, joinComma(s.Config.KafkaBrokers), redactURL(s.Config.DatabaseURL))
+		api, ui, s.Config.TemporalAddress, strings.Join(s.Config.KafkaBrokers, ","), config.RedactURL(s.Config.DatabaseURL))
 }
 
-func joinComma(xs []string) string {
-	out := ""
-	for i, x := range xs {
-		if i > 0 {
-			out += ","
-		}
-		out += x
+// ChooseServices sets which services run in the dev process from a list
+// of api, worker and consumer, or "none".
+func (o *StackOptions) ChooseServices(list string) error {
+	o.NoAPI, o.NoWorker, o.NoConsumer = true, true, true
+	if list == "none" {
+		return nil
 	}
-	return out
+	for name := range strings.SplitSeq(list, ",") {
+		switch strings.TrimSpace(name) {
+		case "api":
+			o.NoAPI = false
+		case "worker":
+			o.NoWorker = false
+		case "consumer":
+			o.NoConsumer = false
+		default:
+			return fmt.Errorf("--services: unknown service %q (want a list of api, worker, consumer, or none)", name)
+		}
+	}
+	return nil
 }

@@ -1,0 +1,265 @@
+// Package config is claimflow's configuration: every environment variable
+// the binaries read, its default and its check, in one place. Defaults fit
+// the local stack, so `claimflow api` and `claimflow worker` run with no
+// setup against `claimflow dev`'s services.
+package config
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/claimflow/claimflow/internal/kafka"
+)
+
+// Defaults that other packages fall back to when a caller leaves an option
+// zero; they are the environment's defaults too, so a test that builds an
+// option struct by hand runs what production runs.
+const (
+	// DefaultClaimBatchMax bounds the claims one batch run decides.
+	DefaultClaimBatchMax = 500
+	// DefaultClaimBatchInFlight bounds the batch runs under way at once.
+	DefaultClaimBatchInFlight = 2
+	// DefaultClaimBatchAttrBytes keeps a batch's CourseId/StudentId search
+	// attribute values below the server's default per-value limit
+	// (frontend.searchAttributesSizeOfValueLimit, 2 KiB).
+	DefaultClaimBatchAttrBytes = 2000
+	// DefaultConsumerBatch is large enough that a batch's round trips (one
+	// commit, one offset commit) are shared by many records, small enough
+	// that a batch lost to a crash is redone quickly.
+	DefaultConsumerBatch = 500
+	// DefaultMaxInflightClaims is above what group commit holds at once
+	// (CLAIM_BATCH_INFLIGHT × CLAIM_BATCH_MAX plus the next batch forming),
+	// so the bound sheds a true overload rather than a healthy burst.
+	DefaultMaxInflightClaims = 8192
+	defaultRatePerSubject    = 50
+	defaultRateBurst         = 100
+)
+
+// variable is one environment variable: its name, the default used when it
+// is unset or empty, and what it means (for `claimflow help`).
+type variable struct {
+	Name, Default, Help string
+}
+
+// variables is every environment variable claimflow reads. Load asks for
+// no other name (it panics on one not listed), so this list is complete.
+var variables = []variable{
+	{"DATABASE_URL", "postgres://claimflow@127.0.0.1:55432/claimflow?sslmode=disable", "PostgreSQL connection URL"},
+	{"TEMPORAL_ADDRESS", "127.0.0.1:7233", "Temporal frontend host:port"},
+	{"TEMPORAL_NAMESPACE", "default", "Temporal namespace"},
+	{"TEMPORAL_UI_URL", "http://127.0.0.1:8233", "Temporal Web UI, linked from API answers"},
+	{"TEMPORAL_CLI", "", "temporal binary the dev stack runs (read by internal/devstack)"},
+	{"KAFKA_BROKERS", "127.0.0.1:9092", "comma-separated Kafka bootstrap brokers"},
+	{"KAFKA_VERSION", "", "Kafka protocol version (empty: the client's default)"},
+	{"HTTP_ADDR", "127.0.0.1:8080", "API listen address"},
+	{"METRICS_ADDR", "127.0.0.1:9464", "/metrics of processes without an API"},
+	{"LOG_LEVEL", "info", "debug, info, warn or error"},
+	{"LOG_FORMAT", "json", "json or text"},
+	{"WORKER_MAX_ACTIVITIES", "200", "concurrent activities per worker process"},
+	{"SHUTDOWN_TIMEOUT", "25s", "graceful shutdown bound after SIGTERM"},
+	{"AUTH_MODE", AuthHS256, "hs256, jwks or off (off needs --insecure-no-auth)"},
+	{"JWT_SECRET", "", "HS256 secret, at least 32 bytes"},
+	{"JWKS_URL", "", "RS256 key set (AUTH_MODE=jwks)"},
+	{"JWT_ISSUER", "", "required iss claim (empty: not checked)"},
+	{"JWT_AUDIENCE", "", "required aud claim (empty: not checked)"},
+	{"RATE_LIMIT_PER_SUBJECT", strconv.Itoa(defaultRatePerSubject), "writes per second of a non-admin subject (0: unlimited)"},
+	{"RATE_LIMIT_BURST", strconv.Itoa(defaultRateBurst), "burst of a non-admin subject's writes"},
+	{"RATE_LIMIT_ADMIN", "0", "writes per second of an admin (0: unlimited)"},
+	{"MAX_INFLIGHT_CLAIMS", strconv.Itoa(DefaultMaxInflightClaims), "requests waiting on Temporal at once"},
+	{"VENDOR_PAYOUT_URL", "http://127.0.0.1:8090/payouts", "vendors' payout API"},
+	{"PAYOUT_TIMEOUT", "5s", "bound of one payout call (at most 15s)"},
+	{"CONSUMER_TOPICS", strings.Join(kafka.EventTopicNames(), ","), "topics the consumer reads"},
+	{"CONSUMER_GROUP", "claimflow-notifications", "the consumer's group"},
+	{"CONSUMER_BATCH", strconv.Itoa(DefaultConsumerBatch), "records the consumer applies together (1-10000)"},
+	{"NOTIFY_WEBHOOK_URL", "", "webhook receiving every notification (empty: the table alone)"},
+	{"ENROLL_MODE", "batch", "batch (group commit) or single (one run per request)"},
+	{"CLAIM_BATCH_MAX", strconv.Itoa(DefaultClaimBatchMax), "claims one batch run decides"},
+	{"CLAIM_BATCH_INFLIGHT", strconv.Itoa(DefaultClaimBatchInFlight), "batch runs under way at once"},
+	{"CLAIM_BATCH_ATTR_BYTES", strconv.Itoa(DefaultClaimBatchAttrBytes), "bound of a batch's search attribute values"},
+}
+
+// Names lists every environment variable claimflow reads, for usage texts
+// and for the deployment tests that check compose and k8s set only these.
+func Names() []string {
+	out := make([]string, len(variables))
+	for i, v := range variables {
+		out[i] = v.Name
+	}
+	return out
+}
+
+// Usage describes every variable with its default, one per line.
+func Usage() string {
+	var b strings.Builder
+	for _, v := range variables {
+		def := v.Default
+		if def == "" {
+			def = "unset"
+		}
+		fmt.Fprintf(&b, "  %-24s %s (default: %s)\n", v.Name, v.Help, def)
+	}
+	return b.String()
+}
+
+// Config is read from the environment by Load.
+type Config struct {
+	DatabaseURL     string
+	TemporalAddress string
+	Namespace       string
+	TemporalUIURL   string
+	KafkaBrokers    []string
+	KafkaVersion    string
+	HTTPAddr        string
+	LogLevel        slog.Level
+	// MaxActivities bounds concurrent activities per worker process.
+	MaxActivities int
+	// ShutdownTimeout bounds graceful shutdown after SIGTERM.
+	ShutdownTimeout time.Duration
+	// MetricsAddr serves /metrics for processes without an API (worker).
+	MetricsAddr string
+	// LogFormat is json (production) or text (a terminal).
+	LogFormat string
+	// Security is authentication and load limits of the API (security.go).
+	Security Security
+	// PayoutURL is the vendors' payout API; PayoutTimeout bounds one call.
+	PayoutURL     string
+	PayoutTimeout time.Duration
+	// ConsumerTopics and ConsumerGroup are what `claimflow consumer` reads
+	// and as whom; ConsumerBatch bounds the records applied together.
+	ConsumerTopics []string
+	ConsumerGroup  string
+	ConsumerBatch  int
+	// NotifyWebhookURL, when set, receives every notification before it is
+	// recorded (consumer and worker both); empty means the table alone.
+	NotifyWebhookURL string
+	// EnrollMode is "batch" (group commit, the default) or "single" (one
+	// Enrollment run per request).
+	EnrollMode string
+	// ClaimBatchMax and ClaimBatchInFlight tune group commit.
+	ClaimBatchMax      int
+	ClaimBatchInFlight int
+	// ClaimBatchAttrBytes bounds a batch's CourseId/StudentId search
+	// attribute values; it must not exceed the server's
+	// frontend.searchAttributesSizeOfValueLimit.
+	ClaimBatchAttrBytes int
+
+	// set records the variables given a non-empty value.
+	set map[string]bool
+}
+
+// IsSet reports whether the environment gave name a value, as opposed to
+// its default: the dev stack runs its own PostgreSQL unless DATABASE_URL
+// names one.
+func (c Config) IsSet(name string) bool { return c.set[name] }
+
+// Load reads the environment.
+func Load() (Config, error) { return load(os.LookupEnv) }
+
+// env reads variables through lookup, falling back to their defaults.
+type env struct {
+	lookup func(string) (string, bool)
+	set    map[string]bool
+}
+
+func (e env) get(name string) string {
+	for _, v := range variables {
+		if v.Name != name {
+			continue
+		}
+		if s, ok := e.lookup(name); ok && s != "" {
+			e.set[name] = true
+			return s
+		}
+		return v.Default
+	}
+	panic("config: " + name + " is not in the variables list")
+}
+
+// raw is the variable as given, for error messages.
+func (e env) raw(name string) string { s, _ := e.lookup(name); return s }
+
+func (e env) positive(name string) (int, error) {
+	n, err := strconv.Atoi(e.get(name))
+	if err != nil || n < 1 {
+		return 0, fmt.Errorf("%s must be a positive integer, got %q", name, e.raw(name))
+	}
+	return n, nil
+}
+
+func load(lookup func(string) (string, bool)) (Config, error) {
+	e := env{lookup: lookup, set: map[string]bool{}}
+	c := Config{
+		DatabaseURL:     e.get("DATABASE_URL"),
+		TemporalAddress: e.get("TEMPORAL_ADDRESS"),
+		Namespace:       e.get("TEMPORAL_NAMESPACE"),
+		TemporalUIURL:   e.get("TEMPORAL_UI_URL"),
+		KafkaBrokers:    strings.Split(e.get("KAFKA_BROKERS"), ","),
+		KafkaVersion:    e.get("KAFKA_VERSION"),
+		HTTPAddr:        e.get("HTTP_ADDR"),
+		MetricsAddr:     e.get("METRICS_ADDR"),
+		LogFormat:       e.get("LOG_FORMAT"),
+		set:             e.set,
+	}
+	_ = e.get("TEMPORAL_CLI") // read by internal/devstack; listed here so deployments may set it
+	if c.LogFormat != "json" && c.LogFormat != "text" {
+		return c, fmt.Errorf("LOG_FORMAT must be json or text, got %q", c.LogFormat)
+	}
+	if err := c.LogLevel.UnmarshalText([]byte(e.get("LOG_LEVEL"))); err != nil {
+		return c, fmt.Errorf("LOG_LEVEL: %w", err)
+	}
+	var err error
+	if c.MaxActivities, err = e.positive("WORKER_MAX_ACTIVITIES"); err != nil {
+		return c, err
+	}
+	c.EnrollMode = e.get("ENROLL_MODE")
+	if c.EnrollMode != "batch" && c.EnrollMode != "single" {
+		return c, fmt.Errorf("ENROLL_MODE must be batch or single, got %q", c.EnrollMode)
+	}
+	if c.ClaimBatchMax, err = e.positive("CLAIM_BATCH_MAX"); err != nil {
+		return c, err
+	}
+	if c.ClaimBatchInFlight, err = e.positive("CLAIM_BATCH_INFLIGHT"); err != nil {
+		return c, err
+	}
+	if c.ClaimBatchAttrBytes, err = e.positive("CLAIM_BATCH_ATTR_BYTES"); err != nil {
+		return c, err
+	}
+	c.ShutdownTimeout, err = time.ParseDuration(e.get("SHUTDOWN_TIMEOUT"))
+	if err != nil {
+		return c, fmt.Errorf("SHUTDOWN_TIMEOUT: %w", err)
+	}
+	c.PayoutURL = e.get("VENDOR_PAYOUT_URL")
+	c.PayoutTimeout, err = time.ParseDuration(e.get("PAYOUT_TIMEOUT"))
+	if err != nil || c.PayoutTimeout <= 0 || c.PayoutTimeout > 15*time.Second {
+		// The payout activity's own deadline is 20 s: a longer client
+		// timeout would turn a slow answer into a lost one.
+		return c, fmt.Errorf("PAYOUT_TIMEOUT must be a duration above 0 and at most 15s, got %q", e.raw("PAYOUT_TIMEOUT"))
+	}
+	c.ConsumerTopics = SplitList(e.get("CONSUMER_TOPICS"))
+	c.ConsumerGroup = e.get("CONSUMER_GROUP")
+	c.ConsumerBatch, err = strconv.Atoi(e.get("CONSUMER_BATCH"))
+	if err != nil || c.ConsumerBatch < 1 || c.ConsumerBatch > 10000 {
+		return c, fmt.Errorf("CONSUMER_BATCH must be an integer from 1 to 10000, got %q", e.raw("CONSUMER_BATCH"))
+	}
+	// No default webhook: an unset URL must not make every notification fail.
+	c.NotifyWebhookURL = e.get("NOTIFY_WEBHOOK_URL")
+	if err := loadSecurity(e, &c.Security); err != nil {
+		return c, err
+	}
+	return c, nil
+}
+
+// SplitList splits a comma-separated list, dropping blanks.
+func SplitList(s string) []string {
+	var out []string
+	for x := range strings.SplitSeq(s, ",") {
+		if x = strings.TrimSpace(x); x != "" {
+			out = append(out, x)
+		}
+	}
+	return out
+}

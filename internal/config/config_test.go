@@ -1,0 +1,111 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+func TestLoadSecurityDefaults(t *testing.T) {
+	for _, v := range []string{"AUTH_MODE", "JWT_SECRET", "JWKS_URL", "RATE_LIMIT_PER_SUBJECT", "RATE_LIMIT_BURST", "RATE_LIMIT_ADMIN", "MAX_INFLIGHT_CLAIMS"} {
+		t.Setenv(v, "")
+	}
+	cfg, err := Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := cfg.Security
+	if s.AuthMode != AuthHS256 || s.InsecureNoAuth || s.RatePerSubject != defaultRatePerSubject ||
+		s.RateBurst != defaultRateBurst || s.AdminRate != 0 || s.MaxInflightClaims != DefaultMaxInflightClaims {
+		t.Fatalf("defaults = %+v", s)
+	}
+	for name, value := range map[string]string{"AUTH_MODE": "none", "RATE_LIMIT_PER_SUBJECT": "-1", "RATE_LIMIT_BURST": "0",
+		"RATE_LIMIT_ADMIN": "x", "MAX_INFLIGHT_CLAIMS": "0"} {
+		t.Run(name, func(t *testing.T) {
+			t.Setenv(name, value)
+			if _, err := Load(); err == nil || !strings.Contains(err.Error(), name) {
+				t.Fatalf("%s=%s: err = %v", name, value, err)
+			}
+		})
+	}
+}
+
+// TestNamesAreWhatLoadReads: Load asks for every listed variable and for
+// no other, so Names (which the deployment tests check compose and k8s
+// against) is the whole list.
+func TestNamesAreWhatLoadReads(t *testing.T) {
+	var asked []string
+	if _, err := load(func(name string) (string, bool) {
+		asked = append(asked, name)
+		return "", false
+	}); err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(asked)
+	asked = slices.Compact(asked)
+	names := Names()
+	slices.Sort(names)
+	if !slices.Equal(asked, names) {
+		t.Fatalf("Load reads %v, Names lists %v", asked, names)
+	}
+	for _, name := range names {
+		if !strings.Contains(Usage(), name) {
+			t.Errorf("Usage does not describe %s", name)
+		}
+	}
+}
+
+func TestDefaultsParse(t *testing.T) {
+	cfg, err := load(func(string) (string, bool) { return "", false })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.ClaimBatchMax != DefaultClaimBatchMax || cfg.ClaimBatchInFlight != DefaultClaimBatchInFlight ||
+		cfg.ClaimBatchAttrBytes != DefaultClaimBatchAttrBytes || cfg.ConsumerBatch != DefaultConsumerBatch {
+		t.Fatalf("defaults = %+v", cfg)
+	}
+	if cfg.IsSet("DATABASE_URL") {
+		t.Fatal("an unset variable counts as set")
+	}
+	cfg, err = load(func(name string) (string, bool) {
+		return map[string]string{"DATABASE_URL": "postgres://x/y"}[name], name == "DATABASE_URL"
+	})
+	if err != nil || !cfg.IsSet("DATABASE_URL") || cfg.DatabaseURL != "postgres://x/y" {
+		t.Fatalf("DATABASE_URL given: %+v %v", cfg, err)
+	}
+}
+
+func TestRedactURL(t *testing.T) {
+	for raw, want := range map[string]string{
+		"postgres://app:s3cret@db:5432/claimflow?sslmode=disable": "postgres://app:xxxxx@db:5432/claimflow?sslmode=disable",
+		"postgres://app@db/claimflow?password=s3cret":             "postgres://app@db/claimflow?password=xxxxx",
+		"postgres://claimflow@127.0.0.1:55432/claimflow":          "postgres://claimflow@127.0.0.1:55432/claimflow",
+		"host=db user=app password=s3cret":                        "(redacted)",
+	} {
+		if got := RedactURL(raw); got != want {
+			t.Errorf("RedactURL(%q) = %q, want %q", raw, got, want)
+		}
+	}
+}
+
+func TestStackSecret(t *testing.T) {
+	dir := t.TempDir()
+	sec := Security{AuthMode: AuthHS256}
+	if err := EnsureStackSecret(&sec, dir); err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(filepath.Join(dir, SecretFile))
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("secret file: %v %v", fi, err)
+	}
+	again := Security{AuthMode: AuthHS256}
+	if err := EnsureStackSecret(&again, dir); err != nil || again.JWTSecret != sec.JWTSecret || len(sec.JWTSecret) < 32 {
+		t.Fatalf("second start read %q (err %v), first wrote %q", again.JWTSecret, err, sec.JWTSecret)
+	}
+	fromEnv := Security{AuthMode: AuthHS256, JWTSecret: "from-the-environment-from-the-environment"}
+	if err := EnsureStackSecret(&fromEnv, t.TempDir()); err != nil || fromEnv.JWTSecret != "from-the-environment-from-the-environment" {
+		t.Fatal("JWT_SECRET did not win over the data dir")
+	}
+}

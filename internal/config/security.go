@@ -1,0 +1,126 @@
+package config
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// Auth modes (AUTH_MODE).
+const (
+	AuthHS256 = "hs256" // JWT_SECRET; the local stack's default
+	AuthJWKS  = "jwks"  // RS256 against JWKS_URL; production
+	AuthOff   = "off"   // only together with --insecure-no-auth
+)
+
+// SecretFile is where `claimflow dev` keeps the HS256 secret it generated,
+// inside its data directory.
+const SecretFile = "jwt-secret"
+
+// Security is how the API authenticates and limits.
+type Security struct {
+	AuthMode  string
+	JWTSecret string
+	JWKSURL   string
+	Issuer    string
+	Audience  string
+	// InsecureNoAuth is set by the --insecure-no-auth flag only.
+	InsecureNoAuth bool
+	// RatePerSubject and RateBurst limit a non-admin subject's writes;
+	// AdminRate limits an admin's (0: not limited).
+	RatePerSubject float64
+	RateBurst      int
+	AdminRate      float64
+	// MaxInflightClaims bounds requests waiting on Temporal at once.
+	MaxInflightClaims int
+}
+
+// loadSecurity reads the security variables; whether the mode has what it
+// needs is checked only by the commands that serve the API.
+func loadSecurity(e env, s *Security) error {
+	s.AuthMode = strings.ToLower(e.get("AUTH_MODE"))
+	switch s.AuthMode {
+	case AuthHS256, AuthJWKS, AuthOff:
+	default:
+		return fmt.Errorf("AUTH_MODE must be hs256, jwks or off, got %q", s.AuthMode)
+	}
+	s.JWTSecret = e.get("JWT_SECRET")
+	s.JWKSURL = e.get("JWKS_URL")
+	s.Issuer = e.get("JWT_ISSUER")
+	s.Audience = e.get("JWT_AUDIENCE")
+	var err error
+	if s.RatePerSubject, err = strconv.ParseFloat(e.get("RATE_LIMIT_PER_SUBJECT"), 64); err != nil || s.RatePerSubject < 0 {
+		return fmt.Errorf("RATE_LIMIT_PER_SUBJECT must be requests per second (0: unlimited), got %q", e.raw("RATE_LIMIT_PER_SUBJECT"))
+	}
+	if s.RateBurst, err = strconv.Atoi(e.get("RATE_LIMIT_BURST")); err != nil || s.RateBurst < 1 {
+		return fmt.Errorf("RATE_LIMIT_BURST must be a positive integer, got %q", e.raw("RATE_LIMIT_BURST"))
+	}
+	if s.AdminRate, err = strconv.ParseFloat(e.get("RATE_LIMIT_ADMIN"), 64); err != nil || s.AdminRate < 0 {
+		return fmt.Errorf("RATE_LIMIT_ADMIN must be requests per second (0: admins unlimited), got %q", e.raw("RATE_LIMIT_ADMIN"))
+	}
+	if s.MaxInflightClaims, err = e.positive("MAX_INFLIGHT_CLAIMS"); err != nil {
+		return err
+	}
+	return nil
+}
+
+// EnsureStackSecret gives the local stack an HS256 secret: JWT_SECRET if
+// set, else the one in <dataDir>/jwt-secret, generated on first run.
+func EnsureStackSecret(s *Security, dataDir string) error {
+	if s.InsecureNoAuth || s.AuthMode != AuthHS256 || s.JWTSecret != "" {
+		return nil
+	}
+	secret, err := ReadSecretFile(dataDir)
+	if errors.Is(err, fs.ErrNotExist) {
+		buf := make([]byte, 32)
+		if _, err := rand.Read(buf); err != nil {
+			return err
+		}
+		secret = hex.EncodeToString(buf)
+		if err := os.WriteFile(filepath.Join(dataDir, SecretFile), []byte(secret+"\n"), 0o600); err != nil {
+			return fmt.Errorf("write the JWT secret: %w", err)
+		}
+	} else if err != nil {
+		return err
+	}
+	s.JWTSecret = secret
+	return nil
+}
+
+// ReadSecretFile reads the secret `claimflow dev` wrote into dataDir; the
+// error wraps fs.ErrNotExist when there is none.
+func ReadSecretFile(dataDir string) (string, error) {
+	b, err := os.ReadFile(filepath.Join(dataDir, SecretFile))
+	if err != nil {
+		return "", err
+	}
+	secret := strings.TrimSpace(string(b))
+	if secret == "" {
+		return "", fmt.Errorf("%s is empty", filepath.Join(dataDir, SecretFile))
+	}
+	return secret, nil
+}
+
+// RedactURL hides a password in a URL (postgres://user:pw@host/db or
+// ?password=pw) so it can be printed or logged.
+func RedactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.Scheme == "" {
+		if strings.Contains(raw, "@") || strings.Contains(strings.ToLower(raw), "password") {
+			return "(redacted)"
+		}
+		return raw
+	}
+	if q := u.Query(); q.Has("password") {
+		q.Set("password", "xxxxx")
+		u.RawQuery = q.Encode()
+	}
+	return u.Redacted()
+}

@@ -1,0 +1,68 @@
+package services
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"path/filepath"
+
+	"github.com/claimflow/claimflow/api"
+	"github.com/claimflow/claimflow/internal/config"
+)
+
+// APISecurity builds the API's security from the configuration; it fails
+// when the chosen mode lacks what it needs, so a misconfigured API never
+// serves unauthenticated.
+func APISecurity(s config.Security, log *slog.Logger) (api.Security, error) {
+	sec := api.Security{
+		RatePerSubject:      s.RatePerSubject,
+		RateBurst:           s.RateBurst,
+		AdminRatePerSubject: s.AdminRate,
+		MaxInflightClaims:   s.MaxInflightClaims,
+	}
+	opts := api.JWTOptions{Issuer: s.Issuer, Audience: s.Audience}
+	var err error
+	switch {
+	case s.InsecureNoAuth:
+		sec.InsecureNoAuth = true // the API logs a loud warning
+		return sec, nil
+	case s.AuthMode == config.AuthOff:
+		return sec, errors.New("AUTH_MODE=off needs the explicit --insecure-no-auth flag")
+	case s.AuthMode == config.AuthJWKS:
+		if s.JWKSURL == "" {
+			return sec, errors.New("AUTH_MODE=jwks needs JWKS_URL")
+		}
+		sec.Auth, err = api.NewJWKS(s.JWKSURL, api.JWKSOptions{JWTOptions: opts})
+		if err != nil {
+			return sec, fmt.Errorf("JWKS_URL: %w", err)
+		}
+		log.Info("API authenticates RS256 tokens", "jwks_url", config.RedactURL(s.JWKSURL), "issuer", s.Issuer, "audience", s.Audience)
+	default:
+		if s.JWTSecret == "" {
+			return sec, errors.New("AUTH_MODE=hs256 needs JWT_SECRET (at least 32 bytes); or set AUTH_MODE=jwks with JWKS_URL")
+		}
+		sec.Auth, err = api.NewHS256([]byte(s.JWTSecret), opts)
+		if err != nil {
+			return sec, fmt.Errorf("JWT_SECRET: %w", err)
+		}
+		log.Info("API authenticates HS256 tokens", "issuer", s.Issuer, "audience", s.Audience)
+	}
+	return sec, nil
+}
+
+// PrintAuthHint tells the person running `claimflow dev` how to get a token.
+func (s *Stack) PrintAuthHint(w io.Writer) {
+	sec := s.Config.Security
+	switch {
+	case sec.InsecureNoAuth:
+		fmt.Fprintln(w, "WARNING: authentication is OFF (--insecure-no-auth); every request acts as an admin")
+	case sec.AuthMode == config.AuthHS256:
+		fmt.Fprintf(w, "auth: every /v1 request needs a bearer token (HS256, secret in %s or JWT_SECRET); mint one:\n"+
+			"  TOKEN=$(go run ./cmd/claimflow token --data-dir %s --sub admin-1 --role admin)   # an operator\n"+
+			"  go run ./cmd/claimflow token --data-dir %s --sub s-1                            # student s-1\n",
+			filepath.Join(s.Options.DataDir, config.SecretFile), s.Options.DataDir, s.Options.DataDir)
+	default:
+		fmt.Fprintf(w, "auth: RS256 tokens from %s\n", config.RedactURL(sec.JWKSURL))
+	}
+}

@@ -1,0 +1,24 @@
+package store
+
+// Status values as the tables store them, for the predicates that compare
+// with them. They are literals (not conversions of the workflows' typed
+// constants) so that SQL built from them stays a constant expression that
+// the SQL checks can see; status_test.go ties each to the workflows' name
+// for the same state.
+const (
+	EnrollmentReserved     = "reserved"
+	EnrollmentConfirmed    = "confirmed"
+	EnrollmentDeadLettered = "dead_lettered"
+
+	CouponUsed    = "used"
+	CouponRevoked = "revoked"
+
+	DeadLetterOpen     = "open"
+	DeadLetterRetrying = "retrying"
+	DeadLetterResolved = "resolved"
+
+	// Dead letters come from two stages: a saga's publish or the
+	// consumer's delivery of a notification.
+	StagePublish = "publish"
+	StageConsume = "consume"
+)
