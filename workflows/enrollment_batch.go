@@ -75,8 +75,9 @@ type BatchState struct {
 // EnrollmentBatch is the group-commit saga. Its decision update returns
 // one Decision per claim, in order.
 func EnrollmentBatch(ctx workflow.Context, in EnrollmentBatchInput) (BatchState, error) {
-	// A batch keeps its status in its state only: its enrollments' own
-	// ClaimStatus is what operators filter on.
+	// A batch keeps ClaimStatus "pending" (set by whoever starts it) while
+	// it runs and sets its outcome as it closes (batchOutcome), when that
+	// costs no visibility write.
 	c := &claim[BatchState, []Decision]{state: BatchState{BatchID: in.BatchID, Claims: len(in.Claims), Status: StatusPending}}
 	if err := c.register(ctx, same[[]Decision]); err != nil {
 		return c.state, err
@@ -89,6 +90,11 @@ func EnrollmentBatch(ctx workflow.Context, in EnrollmentBatchInput) (BatchState,
 		}
 		return d
 	})
+	// Nothing may block from here on: the upsert must share the workflow
+	// task that closes the run (see outcome.go).
+	if outcomeVersion(ctx) >= 1 {
+		outcomeOfBatch(in.Claims, *c.decision, c.state.Status).upsert(ctx)
+	}
 	return c.state, err
 }
 
