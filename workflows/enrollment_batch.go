@@ -92,6 +92,7 @@ func EnrollmentBatch(ctx workflow.Context, in EnrollmentBatchInput) (BatchState,
 	})
 	// Nothing may block from here on: the upsert must share the workflow
 	// task that closes the run (see outcome.go).
+	batchCurrentDetails(ctx, c.state, *c.decision)
 	if outcomeVersion(ctx) >= 1 {
 		outcomeOfBatch(in.Claims, *c.decision, c.state.Status).upsert(ctx)
 	}
@@ -145,6 +146,7 @@ func runBatch(ctx workflow.Context, in EnrollmentBatchInput, state *BatchState, 
 	}
 	state.Reserved, state.Refused = len(granted), len(in.Claims)-len(granted)
 	state.Status = StatusReserved
+	batchCurrentDetails(ctx, *state, reserved.Decisions)
 	if len(granted) == 0 {
 		decide(reserved.Decisions)
 		s.forget()

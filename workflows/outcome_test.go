@@ -214,3 +214,12 @@ func TestReplayAcrossTheOutcomeUpsert(t *testing.T) {
 		})
 	}
 }
+
+func TestBatchStartSummary(t *testing.T) {
+	summary, details := workflows.BatchStartSummary([]workflows.EnrollmentInput{
+		claim("enr-1", "ma201", "stu-1"), claim("enr-2", "cs101", "stu-1"), claim("enr-3", "cs101", "stu-2"),
+	})
+	assert.Equal(t, "enrollment batch: 3 claims, 2 students, 2 courses", summary)
+	assert.Contains(t, details, "| cs101 | 2 |\n| ma201 | 1 |\n")
+	assert.NotContains(t, summary, "\n", "a summary is one line")
+}
