@@ -102,10 +102,11 @@ func EnrollmentBatch(ctx workflow.Context, in EnrollmentBatchInput) (BatchState,
 // batchLocalOptions: database steps of a batch run as local activities in
 // the worker that holds the workflow task, sparing a task round trip each.
 func batchLocalOptions(ctx workflow.Context) workflow.Context {
-	return workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
-		StartToCloseTimeout: 10 * time.Second,
-		RetryPolicy:         databaseRetryPolicy,
-	})
+	return workflow.WithLocalActivityOptions(ctx, batchLocalActivityOptions())
+}
+
+func batchLocalActivityOptions() workflow.LocalActivityOptions {
+	return workflow.LocalActivityOptions{StartToCloseTimeout: 10 * time.Second, RetryPolicy: databaseRetryPolicy}
 }
 
 func runBatch(ctx workflow.Context, in EnrollmentBatchInput, state *BatchState, decide func([]Decision)) (err error) {
@@ -222,10 +223,11 @@ func runBatch(ctx workflow.Context, in EnrollmentBatchInput, state *BatchState, 
 // fastLocalOptions: one attempt, bounded like the publish activity; the
 // durable path owns retries.
 func fastLocalOptions(ctx workflow.Context) workflow.Context {
-	return workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
-		StartToCloseTimeout: 15 * time.Second,
-		RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 1},
-	})
+	return workflow.WithLocalActivityOptions(ctx, fastLocalActivityOptions())
+}
+
+func fastLocalActivityOptions() workflow.LocalActivityOptions {
+	return workflow.LocalActivityOptions{StartToCloseTimeout: 15 * time.Second, RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: 1}}
 }
 
 // confirmed turns the reserved decisions of a batch whose events are out
