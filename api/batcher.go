@@ -249,9 +249,14 @@ func (b *claimBatcher) flush(batch []*pendingClaim) {
 		}
 	}
 	workflowID := workflows.EnrollmentBatchWorkflowID(in.BatchID)
+	// The run's page in the Web UI says what the batch holds; these travel
+	// in the start request and cost no visibility write.
+	summary, details := workflows.BatchStartSummary(in.Claims)
 	start := b.temporal.NewWithStartWorkflowOperation(client.StartWorkflowOptions{
-		ID:        workflowID,
-		TaskQueue: workflows.TaskQueue,
+		ID:            workflowID,
+		TaskQueue:     workflows.TaskQueue,
+		StaticSummary: summary,
+		StaticDetails: details,
 		// Batch IDs are new each time: a second start is a bug, not a retry.
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
 		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,

@@ -93,6 +93,11 @@ type UseRequest struct {
 type UseCouponInput struct {
 	CouponID string
 	Request  UseRequest
+	// PayoutTimeout is the PAYOUT_TIMEOUT the API runs with; the payout's
+	// attempt timeout derives from it (PayoutAttemptTimeout), and so does
+	// the API's wait for the decision (DecisionDeadline), from the same
+	// value. Zero (runs started before it existed): MaxPayoutTimeout.
+	PayoutTimeout time.Duration `json:",omitempty"`
 }
 
 // Payout is a recorded payment of a vendor for one use of a coupon.

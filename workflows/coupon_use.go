@@ -18,16 +18,32 @@ var PayoutRetryPolicy = &temporal.RetryPolicy{
 	NonRetryableErrorTypes: []string{string(RefusalPayoutDeclined)},
 }
 
-// PayoutAttemptTimeout bounds one PayVendor attempt on the server side; the
-// activity's HTTP client gives up earlier (PAYOUT_TIMEOUT, at most 15 s), so
-// a hanging payout API becomes a retry with the same idempotency key.
-const PayoutAttemptTimeout = 20 * time.Second
+// MaxPayoutTimeout is the largest PAYOUT_TIMEOUT the configuration accepts;
+// a run whose input carries no payout timeout (started before the field
+// existed) is bounded as if it were this.
+const MaxPayoutTimeout = 15 * time.Second
 
-func payoutOptions(ctx workflow.Context) workflow.Context {
-	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-		StartToCloseTimeout: PayoutAttemptTimeout,
-		RetryPolicy:         PayoutRetryPolicy,
-	})
+// payoutAttemptMargin is how much longer the server waits for one PayVendor
+// attempt than the activity's HTTP client waits for the payout API, so that
+// a hanging payout API ends as the client's timeout (a retry with the same
+// idempotency key) rather than as an activity timeout.
+const payoutAttemptMargin = 5 * time.Second
+
+// PayoutAttemptTimeout bounds one PayVendor attempt on the server side:
+// the configured PAYOUT_TIMEOUT (MaxPayoutTimeout when 0) plus a margin.
+func PayoutAttemptTimeout(payoutTimeout time.Duration) time.Duration {
+	if payoutTimeout <= 0 {
+		payoutTimeout = MaxPayoutTimeout
+	}
+	return payoutTimeout + payoutAttemptMargin
+}
+
+func payoutActivityOptions(payoutTimeout time.Duration) workflow.ActivityOptions {
+	return workflow.ActivityOptions{StartToCloseTimeout: PayoutAttemptTimeout(payoutTimeout), RetryPolicy: PayoutRetryPolicy}
+}
+
+func payoutOptions(ctx workflow.Context, payoutTimeout time.Duration) workflow.Context {
+	return workflow.WithActivityOptions(ctx, payoutActivityOptions(payoutTimeout))
 }
 
 // useAttempt is one attempt to use the coupon: the request that started it
@@ -229,7 +245,7 @@ func (u *use) attempt(ctx workflow.Context, a *useAttempt) (err error) {
 	// use unrecorded, nor hand back a coupon whose payout is in flight.
 	dctx, cancel := workflow.NewDisconnectedContext(ctx)
 	defer cancel()
-	paid, err := PayVendor.Execute(payoutOptions(dctx), PayVendorInput{
+	paid, err := PayVendor.Execute(payoutOptions(dctx, u.in.PayoutTimeout), PayVendorInput{
 		IdempotencyKey: key,
 		CouponID:       u.in.CouponID,
 		UseID:          a.req.UseID,

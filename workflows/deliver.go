@@ -82,6 +82,9 @@ const (
 	DeliveryDeadLettered DeliveryStatus = "dead_lettered"
 	DeliveryDelivered    DeliveryStatus = "delivered"
 	DeliveryDiscarded    DeliveryStatus = "discarded"
+	// DeliveryFailed: the run ended on a fault before it delivered or
+	// parked the event.
+	DeliveryFailed DeliveryStatus = "failed"
 )
 
 // DeliveryState is what the status query of a DeliverEvent run returns.
@@ -157,6 +160,18 @@ func DeliverEvent(ctx workflow.Context, in DeliverEventInput) (DeliveryState, er
 		}
 	}
 	c.end(ctx, err, nil)
+	// A delivery that never parked has no ClaimStatus yet; it gets its
+	// outcome in the workflow task that closes the run, which costs no
+	// visibility write (see outcome.go).
+	if state.DeadLetterID == 0 && outcomeVersion(ctx) >= 1 {
+		if state.Status == DeliveryRetrying { // ended before delivering
+			state.Status = DeliveryFailed
+			if temporal.IsCanceledError(err) {
+				state.Status = DeliveryDiscarded
+			}
+		}
+		upsertClaimStatus(ctx, string(state.Status))
+	}
 	return *state, err
 }
 
@@ -180,8 +195,8 @@ func deliverEvent(ctx workflow.Context, in DeliverEventInput, state *DeliverySta
 			}
 			state.LastError = ""
 			if state.DeadLetterID == 0 {
-				// Never parked: ClaimStatus was never set, and leaving it
-				// unset spares the server a visibility update per retried
+				// Never parked: ClaimStatus is set only as the run closes,
+				// which spares the server a visibility write per retried
 				// event, the common case of the durable path.
 				state.Status = DeliveryDelivered
 				return nil

@@ -75,8 +75,9 @@ type BatchState struct {
 // EnrollmentBatch is the group-commit saga. Its decision update returns
 // one Decision per claim, in order.
 func EnrollmentBatch(ctx workflow.Context, in EnrollmentBatchInput) (BatchState, error) {
-	// A batch keeps its status in its state only: its enrollments' own
-	// ClaimStatus is what operators filter on.
+	// A batch keeps ClaimStatus "pending" (set by whoever starts it) while
+	// it runs and sets its outcome as it closes (batchOutcome), when that
+	// costs no visibility write.
 	c := &claim[BatchState, []Decision]{state: BatchState{BatchID: in.BatchID, Claims: len(in.Claims), Status: StatusPending}}
 	if err := c.register(ctx, same[[]Decision]); err != nil {
 		return c.state, err
@@ -89,16 +90,23 @@ func EnrollmentBatch(ctx workflow.Context, in EnrollmentBatchInput) (BatchState,
 		}
 		return d
 	})
+	// Nothing may block from here on: the upsert must share the workflow
+	// task that closes the run (see outcome.go).
+	batchCurrentDetails(ctx, c.state, *c.decision)
+	if outcomeVersion(ctx) >= 1 {
+		outcomeOfBatch(in.Claims, *c.decision, c.state.Status).upsert(ctx)
+	}
 	return c.state, err
 }
 
 // batchLocalOptions: database steps of a batch run as local activities in
 // the worker that holds the workflow task, sparing a task round trip each.
 func batchLocalOptions(ctx workflow.Context) workflow.Context {
-	return workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
-		StartToCloseTimeout: 10 * time.Second,
-		RetryPolicy:         databaseRetryPolicy,
-	})
+	return workflow.WithLocalActivityOptions(ctx, batchLocalActivityOptions())
+}
+
+func batchLocalActivityOptions() workflow.LocalActivityOptions {
+	return workflow.LocalActivityOptions{StartToCloseTimeout: 10 * time.Second, RetryPolicy: databaseRetryPolicy}
 }
 
 func runBatch(ctx workflow.Context, in EnrollmentBatchInput, state *BatchState, decide func([]Decision)) (err error) {
@@ -139,6 +147,7 @@ func runBatch(ctx workflow.Context, in EnrollmentBatchInput, state *BatchState, 
 	}
 	state.Reserved, state.Refused = len(granted), len(in.Claims)-len(granted)
 	state.Status = StatusReserved
+	batchCurrentDetails(ctx, *state, reserved.Decisions)
 	if len(granted) == 0 {
 		decide(reserved.Decisions)
 		s.forget()
@@ -214,10 +223,11 @@ func runBatch(ctx workflow.Context, in EnrollmentBatchInput, state *BatchState, 
 // fastLocalOptions: one attempt, bounded like the publish activity; the
 // durable path owns retries.
 func fastLocalOptions(ctx workflow.Context) workflow.Context {
-	return workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
-		StartToCloseTimeout: 15 * time.Second,
-		RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 1},
-	})
+	return workflow.WithLocalActivityOptions(ctx, fastLocalActivityOptions())
+}
+
+func fastLocalActivityOptions() workflow.LocalActivityOptions {
+	return workflow.LocalActivityOptions{StartToCloseTimeout: 15 * time.Second, RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: 1}}
 }
 
 // confirmed turns the reserved decisions of a batch whose events are out

@@ -412,10 +412,18 @@ func newEnv(t *testing.T, f *fakeActivities) (*testsuite.TestWorkflowEnvironment
 	return env, recordClaimStatus(env)
 }
 
-// claimStatuses records every value the run upserted into ClaimStatus, in order.
+// claimStatuses records every value the run upserted into ClaimStatus, in
+// order, and every upsert whole.
 type claimStatuses struct {
-	mu     sync.Mutex
-	values []string
+	mu      sync.Mutex
+	values  []string
+	upserts []temporal.SearchAttributes
+}
+
+func (c *claimStatuses) all() []temporal.SearchAttributes {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.upserts)
 }
 
 func (c *claimStatuses) get() []string {
@@ -428,10 +436,11 @@ func recordClaimStatus(env *testsuite.TestWorkflowEnvironment) *claimStatuses {
 	c := &claimStatuses{}
 	env.OnUpsertTypedSearchAttributes(mock.Anything).Return().Run(func(args mock.Arguments) {
 		sa := args.Get(0).(temporal.SearchAttributes)
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		c.upserts = append(c.upserts, sa)
 		if v, ok := sa.GetKeyword(workflows.SearchClaimStatus); ok {
-			c.mu.Lock()
 			c.values = append(c.values, v)
-			c.mu.Unlock()
 		}
 	})
 	return c

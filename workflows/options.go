@@ -24,25 +24,31 @@ var databaseRetryPolicy = &temporal.RetryPolicy{
 	MaximumInterval:    10 * time.Second,
 }
 
+// The activity options are values, so that DecisionDeadline derives its
+// answer from the very options the workflows run with.
+
+func databaseActivityOptions() workflow.ActivityOptions {
+	return workflow.ActivityOptions{StartToCloseTimeout: 10 * time.Second, RetryPolicy: databaseRetryPolicy}
+}
+
 func databaseOptions(ctx workflow.Context) workflow.Context {
-	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-		StartToCloseTimeout: 10 * time.Second,
-		RetryPolicy:         databaseRetryPolicy,
-	})
+	return workflow.WithActivityOptions(ctx, databaseActivityOptions())
+}
+
+func publishActivityOptions() workflow.ActivityOptions {
+	return workflow.ActivityOptions{StartToCloseTimeout: 15 * time.Second, RetryPolicy: PublishRetryPolicy}
 }
 
 func publishOptions(ctx workflow.Context) workflow.Context {
-	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-		StartToCloseTimeout: 15 * time.Second,
-		RetryPolicy:         PublishRetryPolicy,
-	})
+	return workflow.WithActivityOptions(ctx, publishActivityOptions())
 }
 
-// compensationOptions has no ScheduleToClose bound: a compensation must
-// finish eventually, however long an outage lasts.
+// compensationActivityOptions has no ScheduleToClose bound: a compensation
+// must finish eventually, however long an outage lasts.
+func compensationActivityOptions() workflow.ActivityOptions {
+	return workflow.ActivityOptions{StartToCloseTimeout: 15 * time.Second, RetryPolicy: databaseRetryPolicy}
+}
+
 func compensationOptions(ctx workflow.Context) workflow.Context {
-	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-		StartToCloseTimeout: 15 * time.Second,
-		RetryPolicy:         databaseRetryPolicy,
-	})
+	return workflow.WithActivityOptions(ctx, compensationActivityOptions())
 }

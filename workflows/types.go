@@ -28,6 +28,9 @@ var (
 	SearchCourseID    = temporal.NewSearchAttributeKeyKeywordList("CourseId")
 	SearchStudentID   = temporal.NewSearchAttributeKeyKeywordList("StudentId")
 	SearchClaimStatus = temporal.NewSearchAttributeKeyKeyword("ClaimStatus")
+	// RefusedStudentIds: the students a batch run refused, set when the run
+	// closes (see batchOutcome for what StudentId and CourseId then hold).
+	SearchRefusedStudentIDs = temporal.NewSearchAttributeKeyKeywordList("RefusedStudentIds")
 	// Coupon runs: `CouponTypeId='spring-10' AND ClaimStatus='payout_failed'`.
 	SearchCouponID     = temporal.NewSearchAttributeKeyKeyword("CouponId")
 	SearchCouponTypeID = temporal.NewSearchAttributeKeyKeyword("CouponTypeId")
@@ -40,6 +43,10 @@ var SearchAttributeTypes = map[string]string{
 	"CourseId":    "KeywordList",
 	"StudentId":   "KeywordList",
 	"ClaimStatus": "Keyword",
+	// The third and last KeywordList a namespace on SQL visibility (the dev
+	// server's SQLite, compose's PostgreSQL) can have: it has three columns
+	// of that type.
+	"RefusedStudentIds": "KeywordList",
 	// coupons
 	"CouponId":     "Keyword",
 	"CouponTypeId": "Keyword",
@@ -60,6 +67,11 @@ const (
 	StatusCancelled    EnrollmentStatus = "cancelled"
 	// StatusRefused: a business refusal ended the run; Refusal says which.
 	StatusRefused EnrollmentStatus = "refused"
+	// StatusHandedOff: a batch run whose publish ran out of retries handed
+	// its reserved enrollments to Enrollment runs of their own, which
+	// dead-letter and then confirm or fail them. Only a closed batch run's
+	// ClaimStatus holds it.
+	StatusHandedOff EnrollmentStatus = "handed_off"
 )
 
 // Event is the JSON envelope published to Kafka. ID is derived in the
