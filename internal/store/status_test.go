@@ -1,6 +1,13 @@
 package store
 
 import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
 	"testing"
 
 	"github.com/claimflow/claimflow/workflows"
@@ -21,4 +28,75 @@ func TestStatusesMatchTheWorkflows(t *testing.T) {
 			t.Errorf("store has %q where the workflows have %q", store, wf)
 		}
 	}
+}
+
+// computedLabels are quoted words the SQL produces rather than stores: the
+// consumer labels an event it looked up as delivered or parked.
+var computedLabels = map[string]bool{"delivered": true, "parked": true}
+
+// TestSQLStatusLiteralsAreTheSchemas ties the status words written inside
+// the effects' SQL (activities/, consumer/, this package) to the values the
+// schema's CHECK constraints allow. A typo in a predicate ('confirmd')
+// would not fail in Postgres — it would quietly match nothing.
+func TestSQLStatusLiteralsAreTheSchemas(t *testing.T) {
+	allowed := map[string]bool{}
+	inList := regexp.MustCompile(`IN \(([^)]*)\)`)
+	quoted := regexp.MustCompile(`'([a-z_]+)'`)
+	migrations, err := filepath.Glob("migrations/*.sql")
+	if err != nil || len(migrations) == 0 {
+		t.Fatalf("no migrations found: %v", err)
+	}
+	for _, m := range migrations {
+		b, err := os.ReadFile(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, list := range inList.FindAllStringSubmatch(string(b), -1) {
+			for _, q := range quoted.FindAllStringSubmatch(list[1], -1) {
+				allowed[q[1]] = true
+			}
+		}
+	}
+	checked := 0
+	for _, dir := range []string{".", "../../activities", "../../consumer"} {
+		files, err := filepath.Glob(filepath.Join(dir, "*.go"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range files {
+			if strings.HasSuffix(f, "_test.go") {
+				continue
+			}
+			parsed, err := parser.ParseFile(token.NewFileSet(), f, nil, parser.SkipObjectResolution)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ast.Inspect(parsed, func(n ast.Node) bool {
+				lit, ok := n.(*ast.BasicLit)
+				if !ok || lit.Kind != token.STRING || !isSQL(lit.Value) {
+					return true
+				}
+				for _, q := range quoted.FindAllStringSubmatch(lit.Value, -1) {
+					checked++
+					if !allowed[q[1]] && !computedLabels[q[1]] {
+						t.Errorf("%s: SQL compares with '%s', which no CHECK constraint in migrations/ allows", f, q[1])
+					}
+				}
+				return true
+			})
+		}
+	}
+	if checked == 0 {
+		t.Fatal("found no quoted status in any SQL: the scan is broken")
+	}
+	t.Logf("%d quoted words in SQL checked against %d values the schema allows", checked, len(allowed))
+}
+
+func isSQL(s string) bool {
+	for _, kw := range []string{"SELECT", "UPDATE", "INSERT", "DELETE", "WHERE"} {
+		if strings.Contains(s, kw) {
+			return true
+		}
+	}
+	return false
 }
