@@ -70,8 +70,6 @@ func (c *claim[S, D]) register(ctx workflow.Context, answer func(d D, first bool
 // same answers every request with the decision as it is.
 func same[D any](d D, _ bool) D { return d }
 
-func (c *claim[S, D]) decided() bool { return c.decision != nil }
-
 // decide records the decision every waiting and later request is answered.
 func (c *claim[S, D]) decide(ctx workflow.Context, d D) {
 	c.decision = &d

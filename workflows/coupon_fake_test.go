@@ -251,7 +251,7 @@ func (f *couponFake) UnmarkCouponUsed(_ context.Context, in workflows.UnmarkCoup
 	return nil
 }
 
-var errPayoutTimeout = errors.New(`Post "http://payouts/payouts": context deadline exceeded (Client.Timeout exceeded while awaiting headers)`)
+var errPayoutTimeout = errors.New(`post "http://payouts/payouts": context deadline exceeded (Client.Timeout exceeded while awaiting headers)`)
 
 func (f *couponFake) PayVendor(ctx context.Context, in workflows.PayVendorInput) (workflows.PayVendorResult, error) {
 	f.mu.Lock()

@@ -53,11 +53,11 @@ func (r *historyRecorder) closed(workflowID, runID string) runRef {
 	r.t.Helper()
 	ref := runRef{WorkflowID: workflowID, RunID: runID}
 	waitFor(r.t, 2*time.Minute, "run "+ref.String()+" closed", func() bool {
-		d, err := r.s.Client.DescribeWorkflowExecution(context.Background(), workflowID, runID)
+		d, err := r.s.Client.DescribeWorkflow(context.Background(), workflowID, runID)
 		if err != nil {
 			return false // not started yet
 		}
-		info := d.WorkflowExecutionInfo
+		info := d.RawResponse.WorkflowExecutionInfo
 		if info.Status == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
 			return false
 		}

@@ -29,8 +29,9 @@ const (
 // <version> is the CLI version pinned in <repo>/tools/go.mod (the repo root is
 // the first directory above the working directory that contains
 // tools/go.mod); otherwise it builds that binary from <repo>/tools. The cache
-// is per user, not per clone: a cold build takes minutes and about 1.8 GB of
-// RAM, and every clone of the same version reuses it. Progress goes to
+// is per user, not per clone: a cold build is slow and memory-hungry
+// (docs/performance.md, First start), and every clone of the same version
+// reuses it. Progress goes to
 // progress (which may be nil).
 func TemporalCLI(ctx context.Context, progress io.Writer) (string, error) {
 	if progress == nil {
