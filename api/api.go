@@ -47,6 +47,10 @@ type Config struct {
 	// DecisionTimeout bounds how long a request waits for its claim to be
 	// decided before it answers 503 (the claim goes on and can be queried).
 	DecisionTimeout time.Duration
+	// PayoutTimeout is the PAYOUT_TIMEOUT the workers run with: a use's
+	// run sizes its payout attempts by it, and a use request waits as long
+	// as workflows.DecisionDeadline derives from it.
+	PayoutTimeout time.Duration
 	// ConfirmTimeout bounds ?wait=confirmed.
 	ConfirmTimeout time.Duration
 	// Batching, when set, decides enrollment claims in group-commit batch

@@ -34,10 +34,6 @@ var couponRefusalStatus = map[workflows.Refusal]int{
 	workflows.RefusalPayoutFailed:       http.StatusBadGateway,
 }
 
-// useDecisionTimeout bounds a use request: the payout policy may take four
-// calls of up to 5 s each plus 7 s of backoff before the saga compensates.
-const useDecisionTimeout = 35 * time.Second
-
 const (
 	maxStock       = 1_000_000
 	maxPayoutCents = 1_000_000_000
@@ -313,9 +309,17 @@ func (s *server) useCoupon(c *gin.Context) {
 			workflows.SearchVendorID.ValueSet(current.VendorID),
 			workflows.SearchClaimStatus.ValueSet(string(workflows.CouponPending)),
 		),
-	}, workflows.UseCoupon, workflows.UseCouponInput{CouponID: couponID, Request: ureq})
+	}, workflows.UseCoupon, workflows.UseCouponInput{CouponID: couponID, Request: ureq, PayoutTimeout: s.PayoutTimeout})
 
-	d, runID, err := s.decideCoupon(c, start, workflowID, max(s.DecisionTimeout, useDecisionTimeout), ureq)
+	// A use decides only after its payout policy has run its course, so it
+	// waits as long as the workflow's own options allow (not a figure
+	// computed by hand here).
+	wait, err := workflows.DecisionDeadline(workflows.ClaimUseCoupon, s.PayoutTimeout)
+	if err != nil {
+		s.internalError(c, err)
+		return
+	}
+	d, runID, err := s.decideCoupon(c, start, workflowID, max(s.DecisionTimeout, wait), ureq)
 	if err != nil {
 		s.unavailable(c, fmt.Errorf("use coupon %s for %s: %w", couponID, req.UserID, err))
 		return

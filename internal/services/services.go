@@ -26,6 +26,7 @@ import (
 	"github.com/claimflow/claimflow/internal/kafka"
 	"github.com/claimflow/claimflow/internal/store"
 	"github.com/claimflow/claimflow/worker"
+	"github.com/claimflow/claimflow/workflows"
 )
 
 // KafkaConfig is the Kafka client configuration of cfg for clientID.
@@ -107,15 +108,16 @@ func StartAPI(cfg config.Config, log *slog.Logger, pool *pgxpool.Pool, tc client
 			MaxAttrBytes: cfg.ClaimBatchAttrBytes}
 	}
 	handler := api.New(api.Config{
-		Security:  security,
-		Batching:  batching,
-		Metrics:   tel.Registry,
-		Gatherer:  tel.Registry,
-		Temporal:  tc,
-		DB:        pool,
-		Log:       log.With("component", "api"),
-		UIURL:     cfg.TemporalUIURL,
-		Namespace: cfg.Namespace,
+		Security:      security,
+		Batching:      batching,
+		Metrics:       tel.Registry,
+		Gatherer:      tel.Registry,
+		Temporal:      tc,
+		DB:            pool,
+		Log:           log.With("component", "api"),
+		UIURL:         cfg.TemporalUIURL,
+		Namespace:     cfg.Namespace,
+		PayoutTimeout: cfg.PayoutTimeout,
 		Checks: map[string]api.Check{
 			"postgres": pool.Ping,
 			"temporal": func(ctx context.Context) error {
@@ -137,8 +139,10 @@ func StartAPI(cfg config.Config, log *slog.Logger, pool *pgxpool.Pool, tc client
 			Handler:           handler,
 			ReadHeaderTimeout: 5 * time.Second,
 			ReadTimeout:       10 * time.Second,
-			WriteTimeout:      40 * time.Second,
-			IdleTimeout:       120 * time.Second,
+			// Long enough for the slowest decision a request may wait
+			// for (a coupon use, whose payout policy runs first).
+			WriteTimeout: writeTimeout(cfg),
+			IdleTimeout:  120 * time.Second,
 		},
 		done: make(chan struct{}),
 		Addr: ln.Addr().String(),
@@ -298,4 +302,14 @@ func (c *Connection) Close() {
 		c.closers[i]()
 	}
 	c.closers = nil
+}
+
+// writeTimeout outlasts the longest wait for a decision, so the answer is
+// never cut off mid-write.
+func writeTimeout(cfg config.Config) time.Duration {
+	wait, err := workflows.DecisionDeadline(workflows.ClaimUseCoupon, cfg.PayoutTimeout)
+	if err != nil {
+		return 40 * time.Second
+	}
+	return max(40*time.Second, wait+10*time.Second)
 }
