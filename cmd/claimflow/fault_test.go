@@ -207,6 +207,15 @@ func startLoad(t *testing.T, c *apiClient, prefix string, courses, capacity, wor
 	return l
 }
 
+// addCourse opens one more course to the running load.
+func (l *load) addCourse(id string) {
+	l.t.Helper()
+	l.c.must("POST", "/v1/courses", map[string]any{"id": id, "title": id, "capacity": l.capacity}, http.StatusCreated)
+	l.mu.Lock()
+	l.courses = append(l.courses, id)
+	l.mu.Unlock()
+}
+
 func (l *load) run(worker int) {
 	for {
 		select {
@@ -215,9 +224,9 @@ func (l *load) run(worker int) {
 		default:
 		}
 		n := l.next.Add(1)
-		course := l.courses[rand.IntN(len(l.courses))]
 		sent := time.Now()
 		l.mu.Lock()
+		course := l.courses[rand.IntN(len(l.courses))]
 		l.inFlight[worker] = sent
 		l.mu.Unlock()
 		st, body, err := l.c.do("POST", "/v1/courses/"+course+"/enrollments", map[string]any{"student_id": fmt.Sprintf("f-%06d", n)})
@@ -730,7 +739,10 @@ func TestFaults(t *testing.T) {
 			fw.end = time.Now()
 			t.Logf("fault injected and recovered in %s", fw.end.Sub(fw.start).Round(time.Millisecond))
 			// The rest of the load runs on the recovered stack, which must
-			// accept claims again.
+			// accept claims again. A long outage (a real broker's restart)
+			// can leave the first courses full by now, so one more course
+			// opens: claims for it are only accepted after recovery.
+			l.addCourse(fmt.Sprintf("fault%d-after", i))
 			waitFor(t, loadFor+2*time.Minute, "the rest of the load, with claims accepted after recovery", func() bool {
 				return time.Since(fw.end) >= loadFor*2/3 && l.acceptedSince(fw.end) >= 1
 			})
