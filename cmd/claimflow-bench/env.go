@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"go.temporal.io/sdk/client"
 	temporallog "go.temporal.io/sdk/log"
 
@@ -67,32 +66,6 @@ func loadEnv() (benchEnv, error) {
 
 func (e benchEnv) kafkaConfig(clientID string) kafka.Config {
 	return kafka.Config{Brokers: e.KafkaBrokers, Version: e.KafkaVersion, ClientID: clientID}
-}
-
-func openDB(ctx context.Context, e benchEnv, maxConns int32) (*pgxpool.Pool, error) {
-	pc, err := pgxpool.ParseConfig(e.DatabaseURL)
-	if err != nil {
-		return nil, fmt.Errorf("DATABASE_URL: %w", err)
-	}
-	pc.MaxConns = maxConns
-	// The same planner setting as claimflow's own pools: the peer's outbox
-	// writes and the audit then meet the growing tables as claimflow's
-	// statements do, and a generic plan cached while a table was small
-	// cannot skew one arm. A DATABASE_URL that sets plan_cache_mode wins.
-	if _, set := pc.ConnConfig.RuntimeParams["plan_cache_mode"]; !set {
-		pc.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_custom_plan"
-	}
-	pool, err := pgxpool.NewWithConfig(ctx, pc)
-	if err != nil {
-		return nil, fmt.Errorf("connect to Postgres: %w", err)
-	}
-	pingCtx, cancel := context.WithTimeout(ctx, 15*time.Second)
-	defer cancel()
-	if err := pool.Ping(pingCtx); err != nil {
-		pool.Close()
-		return nil, fmt.Errorf("reach Postgres at %s: %w", pc.ConnConfig.Host, err)
-	}
-	return pool, nil
 }
 
 func dialTemporal(ctx context.Context, e benchEnv, log *slog.Logger) (client.Client, error) {

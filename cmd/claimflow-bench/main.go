@@ -27,6 +27,7 @@ import (
 
 	"github.com/claimflow/claimflow/internal/bench"
 	"github.com/claimflow/claimflow/internal/config"
+	"github.com/claimflow/claimflow/internal/store"
 )
 
 const usage = `usage: claimflow-bench <burst|peer|compare|floor> [flags]
@@ -205,7 +206,7 @@ func runLoad(ctx context.Context, env benchEnv, log *slog.Logger, mode string, a
 	if err != nil {
 		return err
 	}
-	pool, err := openDB(ctx, env, 64)
+	pool, err := store.Open(ctx, env.DatabaseURL, 64)
 	if err != nil {
 		return err
 	}

@@ -35,34 +35,9 @@ func KafkaConfig(cfg config.Config, clientID string) kafka.Config {
 }
 
 // OpenDB opens a pool of at most maxConns connections to cfg.DatabaseURL
-// and checks that it answers.
+// and checks that it answers (store.Open).
 func OpenDB(ctx context.Context, cfg config.Config, maxConns int32) (*pgxpool.Pool, error) {
-	pc, err := pgxpool.ParseConfig(cfg.DatabaseURL)
-	if err != nil {
-		return nil, fmt.Errorf("DATABASE_URL: %w", err)
-	}
-	pc.MaxConns = maxConns
-	// The batch statements look rows up by "= ANY($1)" with hundreds of IDs.
-	// A generic plan cached while a table was small (or before autovacuum
-	// ever analyzed it) scans the whole table on every call, and stays
-	// cached, so under load every batch reads whole tables. A custom plan
-	// per call sees the array and the table as they are, for a planning
-	// cost far below the scan it avoids. A DATABASE_URL that sets
-	// plan_cache_mode itself wins.
-	if _, set := pc.ConnConfig.RuntimeParams["plan_cache_mode"]; !set {
-		pc.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_custom_plan"
-	}
-	pool, err := pgxpool.NewWithConfig(ctx, pc)
-	if err != nil {
-		return nil, fmt.Errorf("connect to Postgres: %w", err)
-	}
-	pingCtx, cancel := context.WithTimeout(ctx, 15*time.Second)
-	defer cancel()
-	if err := pool.Ping(pingCtx); err != nil {
-		pool.Close()
-		return nil, fmt.Errorf("reach Postgres at %s: %w", pc.ConnConfig.Host, err)
-	}
-	return pool, nil
+	return store.Open(ctx, cfg.DatabaseURL, maxConns)
 }
 
 // DialTemporal connects to cfg's Temporal namespace; tel, when not nil,
