@@ -6,6 +6,7 @@
 //	claimflow-bench burst     the scenario against a running claimflow API
 //	claimflow-bench peer      the same against the outbox peer run inside the bench
 //	claimflow-bench compare   burst, then peer, and the ratios
+//	claimflow-bench capacity  a stepped arrival rate against both arms until each breaks its objective
 //	claimflow-bench floor     the rate of an empty workflow on the same Temporal server
 package main
 
@@ -30,12 +31,16 @@ import (
 	"github.com/claimflow/claimflow/internal/store"
 )
 
-const usage = `usage: claimflow-bench <burst|peer|compare|floor> [flags]
+const usage = `usage: claimflow-bench <burst|peer|compare|capacity|floor> [flags]
 
   burst     the user's k6 scenario against a running claimflow API (--target),
             then stage latencies from Postgres and an exactly-once audit of Kafka
   peer      the same against a transactional-outbox peer run inside the bench
   compare   burst, then peer, back to back; prints both and the ratios
+  capacity  claimflow, then the peer: from 500/s, +250/s every 15 s, until
+            p95 > 250 ms, a 5xx, a timeout, a dropped iteration or < 99 %%
+            decided on the first try in a 5 s window; the highest rate each
+            held for a whole step, and the ratio
   floor     the rate of an empty workflow on the same Temporal server
 
 Defaults are the user's scenario (0→2000/s over 30s, hold 3m20s, down over 10s,
@@ -75,7 +80,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	case "-h", "-help", "--help", "help":
 		fmt.Fprintf(stdout, usage, strings.Join(config.Names(), ", "))
 		return flag.ErrHelp
-	case "burst", "peer", "compare", "floor":
+	case "burst", "peer", "compare", "capacity", "floor":
 	default:
 		fmt.Fprintf(stderr, "claimflow-bench: unknown command %q\n\n", args[0])
 		fmt.Fprintf(stderr, usage, strings.Join(config.Names(), ", "))
@@ -86,8 +91,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	log := newLogger(env, stderr)
-	if args[0] == "floor" {
+	switch args[0] {
+	case "floor":
 		return runFloor(ctx, env, log, args[1:], stdout, stderr)
+	case "capacity":
+		return runCapacity(ctx, env, log, args[1:], stdout, stderr)
 	}
 	return runLoad(ctx, env, log, args[0], args[1:], stdout, stderr)
 }

@@ -18,7 +18,7 @@ import (
 )
 
 func TestHelpIsNotAFailure(t *testing.T) {
-	for _, args := range [][]string{{"-h"}, {"--help"}, {"help"}, {"burst", "-h"}, {"peer", "-h"}, {"compare", "-h"}, {"floor", "-h"}} {
+	for _, args := range [][]string{{"-h"}, {"--help"}, {"help"}, {"burst", "-h"}, {"peer", "-h"}, {"compare", "-h"}, {"floor", "-h"}, {"capacity", "-h"}} {
 		var out, errOut strings.Builder
 		err := run(context.Background(), args, &out, &errOut)
 		if !errors.Is(err, flag.ErrHelp) {
@@ -28,7 +28,7 @@ func TestHelpIsNotAFailure(t *testing.T) {
 			t.Errorf("%v printed no usage", args)
 		}
 	}
-	for _, args := range [][]string{nil, {"capacity"}} {
+	for _, args := range [][]string{nil, {"nosuch"}} {
 		if err := run(context.Background(), args, io.Discard, io.Discard); !errors.Is(err, errUsage) {
 			t.Errorf("%v: %v, want the usage error (exit 2)", args, err)
 		}

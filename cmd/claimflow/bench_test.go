@@ -14,6 +14,7 @@ import (
 	"encoding/json"
 	"image/png"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -119,6 +120,66 @@ func TestBenchQuick(t *testing.T) {
 			}
 		}
 		checkPlot(t, filepath.Join(out, "compare.png"), c.Claimflow, c.Peer)
+	})
+
+	t.Run("capacity", func(t *testing.T) {
+		// claimflow-bench capacity --quick: 25/s, +25/s every 4 s up to
+		// 100/s, judged over 2 s windows, both arms.
+		o := bench.QuickCapacity()
+		o.DB, o.Kafka, o.Progress, o.Log = pool, services.KafkaConfig(s.Config, "claimflow-bench"), testWriter{t}, log
+		c, err := bench.RunCapacity(runCtx(t), o, arm)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var table strings.Builder
+		bench.WriteCapacityTable(&table, c)
+		t.Logf("capacity:\n%s", table.String())
+		j := asJSON(t, c)
+		held := map[string]float64{}
+		for _, name := range []string{"claimflow", "peer"} {
+			a, ok := j[name].(map[string]any)
+			if !ok {
+				t.Fatalf("no %q arm in %v", name, j)
+			}
+			m, ok := a["max_held_rps"].(float64)
+			if !ok {
+				t.Fatalf("%s: max_held_rps is %v", name, a["max_held_rps"])
+			}
+			held[name] = m
+			steps, _ := a["steps"].([]any)
+			if len(steps) == 0 {
+				t.Fatalf("%s: no steps", name)
+			}
+			// The claimed maximum is the rate of the last step held, and
+			// every step up to it held with all its windows judged.
+			var lastHeld float64
+			for i, raw := range steps {
+				st := raw.(map[string]any)
+				wins, _ := st["windows"].([]any)
+				if len(wins) != 2 {
+					t.Errorf("%s step %d: %d windows, want 2 (4 s steps, 2 s windows)", name, i, len(wins))
+				}
+				if st["held"] == true {
+					lastHeld = st["rate_rps"].(float64)
+				} else if i != len(steps)-1 {
+					t.Errorf("%s: step %d broke but the run went on", name, i)
+				}
+				if n, _ := st["arrivals"].(float64); n < 0.9*st["rate_rps"].(float64)*4 {
+					t.Errorf("%s step %d: %v arrivals at %v/s over 4 s", name, i, st["arrivals"], st["rate_rps"])
+				}
+			}
+			if m != lastHeld {
+				t.Errorf("%s: max_held_rps %v, but the last held step is %v", name, m, lastHeld)
+			}
+		}
+		want := 0.0
+		if held["peer"] > 0 {
+			want = math.Round(held["claimflow"]/held["peer"]*1000) / 1000
+		}
+		if j["ratio"] != want {
+			t.Errorf("ratio %v, want claimflow ÷ peer = %v", j["ratio"], want)
+		}
+		checkPlot(t, filepath.Join(out, "capacity.png"), c.AsResults()...)
 	})
 
 	t.Run("floor", func(t *testing.T) {

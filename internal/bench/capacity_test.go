@@ -1,0 +1,85 @@
+package bench
+
+import (
+	"testing"
+	"time"
+)
+
+func TestJudgeWindow(t *testing.T) {
+	o := DefaultCapacity()
+	ok := func(n int, lat time.Duration, status int) []capSample {
+		out := make([]capSample, n)
+		for i := range out {
+			out[i] = capSample{latency: lat, status: status}
+		}
+		return out
+	}
+	join := func(parts ...[]capSample) []capSample {
+		var out []capSample
+		for _, p := range parts {
+			out = append(out, p...)
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name             string
+		samples          []capSample
+		started, dropped int
+		broken           string
+	}{
+		{"all 201 fast", ok(100, 20*time.Millisecond, 201), 100, 0, ""},
+		{"409 and 202 count as decided", join(ok(50, 20*time.Millisecond, 409), ok(50, 20*time.Millisecond, 202)), 100, 0, ""},
+		{"one 503", join(ok(99, 20*time.Millisecond, 201), ok(1, 20*time.Millisecond, 503)), 100, 0, "5xx"},
+		{"one timeout", join(ok(99, 20*time.Millisecond, 201), []capSample{{outcome: OutcomeTimeout}}), 100, 0, "timeout or connection error"},
+		{"one never answered", ok(99, 20*time.Millisecond, 201), 100, 0, "timeout or connection error"},
+		{"one dropped", ok(100, 20*time.Millisecond, 201), 100, 1, "dropped iterations"},
+		{"p95 over the limit", join(ok(90, 20*time.Millisecond, 201), ok(10, 300*time.Millisecond, 201)), 100, 0, "p95 above 250ms"},
+		{"p95 at the limit holds", join(ok(96, 20*time.Millisecond, 201), ok(4, 300*time.Millisecond, 201)), 100, 0, ""},
+		{"two 429 of 100", join(ok(98, 20*time.Millisecond, 201), ok(2, 5*time.Millisecond, 429)), 100, 0, "fewer than 99 % decided on the first try"},
+		{"one 429 of 100 holds", join(ok(99, 20*time.Millisecond, 201), ok(1, 5*time.Millisecond, 429)), 100, 0, ""},
+		{"nothing arrived", nil, 0, 0, "no arrivals"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := judgeWindow(0, tc.samples, tc.started, tc.dropped, 0, o)
+			if got.BrokenBy != tc.broken {
+				t.Errorf("broken by %q, want %q (%+v)", got.BrokenBy, tc.broken, got)
+			}
+		})
+	}
+}
+
+func TestCapacityStaircase(t *testing.T) {
+	o := DefaultCapacity()
+	o.MaxRate = 1000
+	rates := o.rates()
+	if want := []float64{500, 750, 1000}; len(rates) != len(want) || rates[0] != want[0] || rates[2] != want[2] {
+		t.Fatalf("rates %v, want %v", rates, want)
+	}
+	sc := o.scenario(len(rates))
+	if err := sc.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if sc.Duration() != 45*time.Second {
+		t.Errorf("duration %s, want 45s", sc.Duration())
+	}
+	// Count the arrivals that fall in each step: each must be the step's
+	// rate × 15 s, give or take the 1 ms join.
+	counts := make([]int, len(rates))
+	a := NewArrivals(sc)
+	for {
+		at, ok := a.Next()
+		if !ok {
+			break
+		}
+		counts[int(at/o.StepDuration)]++
+	}
+	for i, r := range rates {
+		want := int(r * o.StepDuration.Seconds())
+		if d := counts[i] - want; d < -1 || d > 1 {
+			t.Errorf("step %g/s: %d arrivals, want %d", r, counts[i], want)
+		}
+	}
+	if got, want := o.maxVUs(), 10_000; got != want {
+		t.Errorf("max VUs %d, want MaxRate × Timeout = %d", got, want)
+	}
+}
