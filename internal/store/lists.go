@@ -244,7 +244,10 @@ func UserCoupons(ctx context.Context, db DB, userID, status string, p Page) ([]U
 
 // InboxItem is one notification as its recipient reads it.
 type InboxItem struct {
-	ID          string          `json:"id"` // the event's ID
+	// ID is the notification's delivery sequence number: unique, and
+	// safe in a URL path, where event IDs ("<claim>/<type>") are not.
+	ID          int64           `json:"id"`
+	EventID     string          `json:"event_id"`
 	EventType   string          `json:"event_type"`
 	Topic       string          `json:"topic"`
 	Payload     json.RawMessage `json:"payload"`
@@ -254,7 +257,6 @@ type InboxItem struct {
 	// Cursor names this item's place in the inbox, for "mark everything
 	// up to here read".
 	Cursor string `json:"cursor"`
-	seq    int64
 }
 
 // Inbox lists a recipient's notifications, newest delivered first; only
@@ -277,8 +279,8 @@ func Inbox(ctx context.Context, db DB, recipient string, unreadOnly bool, p Page
 	}
 	got, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (InboxItem, error) {
 		var n InboxItem
-		err := r.Scan(&n.ID, &n.EventType, &n.Topic, &n.Payload, &n.OccurredAt, &n.DeliveredAt, &n.ReadAt, &n.seq)
-		n.Cursor = encodeSeq(n.seq)
+		err := r.Scan(&n.EventID, &n.EventType, &n.Topic, &n.Payload, &n.OccurredAt, &n.DeliveredAt, &n.ReadAt, &n.ID)
+		n.Cursor = encodeSeq(n.ID)
 		return n, err
 	})
 	if err != nil {
@@ -288,22 +290,24 @@ func Inbox(ctx context.Context, db DB, recipient string, unreadOnly bool, p Page
 	return out, next, nil
 }
 
-// MarkRead marks one of recipient's notifications read. found is false
-// when recipient has no notification with that ID (someone else's looks
-// the same as a missing one); marking twice keeps the first read_at.
-func MarkRead(ctx context.Context, db DB, recipient, id string) (item InboxItem, found bool, err error) {
+// MarkRead marks one of recipient's notifications read (any recipient's
+// when recipient is empty: an admin's call). found is false when there is
+// no such notification of recipient (someone else's looks the same as a
+// missing one); marking twice keeps the first read_at. The seq index
+// (notifications_seq, the column's own) finds the row.
+func MarkRead(ctx context.Context, db DB, recipient string, id int64) (item InboxItem, found bool, err error) {
 	err = db.QueryRow(ctx, `
 		UPDATE notifications SET read_at = coalesce(read_at, now())
-		WHERE event_id = $1 AND recipient = $2
+		WHERE seq = $1 AND ($2 = '' OR recipient = $2)
 		RETURNING event_id, event_type, topic, payload, occurred_at, delivered_at, read_at, seq`, id, recipient).
-		Scan(&item.ID, &item.EventType, &item.Topic, &item.Payload, &item.OccurredAt, &item.DeliveredAt, &item.ReadAt, &item.seq)
+		Scan(&item.EventID, &item.EventType, &item.Topic, &item.Payload, &item.OccurredAt, &item.DeliveredAt, &item.ReadAt, &item.ID)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return item, false, nil
 	}
 	if err != nil {
-		return item, false, fmt.Errorf("mark notification %s read: %w", id, err)
+		return item, false, fmt.Errorf("mark notification %d read: %w", id, err)
 	}
-	item.Cursor = encodeSeq(item.seq)
+	item.Cursor = encodeSeq(item.ID)
 	return item, true, nil
 }
 

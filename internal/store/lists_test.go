@@ -237,7 +237,7 @@ func TestInbox(t *testing.T) {
 			return store.Inbox(ctx, db, me, unread, pg)
 		}) {
 			for _, n := range pg {
-				out = append(out, n.ID)
+				out = append(out, n.EventID)
 			}
 		}
 		return out
@@ -246,15 +246,22 @@ func TestInbox(t *testing.T) {
 	if got := inbox(true); !slices.Equal(got, all) {
 		t.Fatalf("unread inbox %v, want %v", got, all)
 	}
+	newest, _, err := store.Inbox(ctx, db, me, false, store.Page{Limit: 1})
+	if err != nil || len(newest) != 1 || newest[0].EventID != p+"-n80011" {
+		t.Fatalf("newest: %+v, %v", newest, err)
+	}
 	// Someone else's notification looks missing and stays unread.
-	if _, found, err := store.MarkRead(ctx, db, p+"-s12", p+"-n80011"); err != nil || found {
+	if _, found, err := store.MarkRead(ctx, db, p+"-s12", newest[0].ID); err != nil || found {
 		t.Errorf("s12 marking s11's notification: found %v, %v", found, err)
 	}
-	n, found, err := store.MarkRead(ctx, db, me, p+"-n80011")
-	if err != nil || !found || n.ReadAt == nil {
+	n, found, err := store.MarkRead(ctx, db, me, newest[0].ID)
+	if err != nil || !found || n.ReadAt == nil || n.EventID != p+"-n80011" {
 		t.Fatalf("mark read: %+v %v %v", n, found, err)
 	}
-	again, _, _ := store.MarkRead(ctx, db, me, p+"-n80011")
+	again, _, _ := store.MarkRead(ctx, db, me, newest[0].ID)
+	if _, found, err := store.MarkRead(ctx, db, "", newest[0].ID); err != nil || !found {
+		t.Errorf("an admin's mark (no recipient): found %v, %v", found, err)
+	}
 	if !again.ReadAt.Equal(*n.ReadAt) {
 		t.Errorf("marking twice moved read_at from %s to %s", n.ReadAt, again.ReadAt)
 	}
@@ -265,7 +272,7 @@ func TestInbox(t *testing.T) {
 	items, _, _ := store.Inbox(ctx, db, me, false, store.Page{Limit: 3})
 	marked, err := store.MarkAllRead(ctx, db, me, items[2].Cursor)
 	if err != nil || marked != 3 {
-		t.Errorf("mark all read before %s: %d, %v; want 3", items[2].ID, marked, err)
+		t.Errorf("mark all read before %s: %d, %v; want 3", items[2].EventID, marked, err)
 	}
 	if got := inbox(true); !slices.Equal(got, []string{p + "-n60011"}) {
 		t.Errorf("unread after marking up to 40011: %v", got)

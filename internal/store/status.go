@@ -22,3 +22,11 @@ const (
 	StagePublish = "publish"
 	StageConsume = "consume"
 )
+
+// EnrollmentStatuses and CouponStatuses are every value of the tables'
+// status columns, for the lists' ?status= filters;
+// TestStatusListsAreTheChecks ties each to its table's CHECK constraint.
+var (
+	EnrollmentStatuses = []string{EnrollmentReserved, EnrollmentConfirmed, EnrollmentDeadLettered, "failed", "cancelled"}
+	CouponStatuses     = []string{"issued", "using", CouponUsed, CouponRevoked}
+)

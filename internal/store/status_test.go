@@ -100,3 +100,32 @@ func isSQL(s string) bool {
 	}
 	return false
 }
+
+func TestStatusListsAreTheChecks(t *testing.T) {
+	table := regexp.MustCompile(`^CREATE TABLE (\w+) \(`)
+	check := regexp.MustCompile(`^\s+status\s+text NOT NULL CHECK \(status IN \(([^)]*)\)\)`)
+	quoted := regexp.MustCompile(`'([a-z_]+)'`)
+	schema := map[string][]string{}
+	for _, m := range []string{"migrations/00001_enrollments.sql", "migrations/00002_coupons.sql"} {
+		b, err := os.ReadFile(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		current := ""
+		for _, line := range strings.Split(string(b), "\n") {
+			if m := table.FindStringSubmatch(line); m != nil {
+				current = m[1]
+			}
+			if m := check.FindStringSubmatch(line); m != nil {
+				for _, q := range quoted.FindAllStringSubmatch(m[1], -1) {
+					schema[current] = append(schema[current], q[1])
+				}
+			}
+		}
+	}
+	for table, list := range map[string][]string{"enrollments": EnrollmentStatuses, "coupons": CouponStatuses} {
+		if strings.Join(schema[table], ",") != strings.Join(list, ",") {
+			t.Errorf("%s: the schema allows %v, the list says %v", table, schema[table], list)
+		}
+	}
+}

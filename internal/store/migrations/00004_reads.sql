@@ -19,8 +19,11 @@ ALTER TABLE notifications ADD COLUMN read_at timestamptz;
 DROP INDEX notifications_recipient;
 CREATE INDEX notifications_inbox ON notifications (recipient, seq DESC);
 CREATE INDEX notifications_unread ON notifications (recipient, seq DESC) WHERE read_at IS NULL;
+-- A notification's ID in the API is its seq.
+CREATE UNIQUE INDEX notifications_seq ON notifications (seq);
 
 -- +goose Down
+DROP INDEX notifications_seq;
 DROP INDEX notifications_unread;
 DROP INDEX notifications_inbox;
 CREATE INDEX notifications_recipient ON notifications (recipient, occurred_at);
