@@ -124,6 +124,8 @@ func New(cfg Config) *Handler {
 	v1.POST("/courses", s.createCourse)
 	v1.GET("/courses/:id", s.getCourse)
 	v1.POST("/courses/:id/enrollments", s.enroll)
+	v1.GET("/courses/:id/enrollments", s.listRoster)
+	v1.GET("/students/:id/enrollments", s.listStudentEnrollments)
 	v1.GET("/enrollments/:id", s.getEnrollment)
 	v1.DELETE("/enrollments/:id", s.cancelEnrollment)
 	v1.GET("/dead-letters", s.listDeadLetters)
@@ -137,6 +139,10 @@ func New(cfg Config) *Handler {
 	v1.POST("/coupon-types/:id/coupons", s.issueCoupon)
 	v1.GET("/coupons/:id", s.getCoupon)
 	v1.POST("/coupons/:id/use", s.useCoupon)
+	v1.GET("/users/:id/coupons", s.listUserCoupons)
+	v1.GET("/users/:id/notifications", s.listNotifications)
+	v1.POST("/users/:id/notifications/read", s.readAllNotifications)
+	v1.POST("/notifications/:id/read", s.readNotification)
 	return &Handler{Handler: r, close: closeFn}
 }
 

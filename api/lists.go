@@ -1,0 +1,211 @@
+package api
+
+import (
+	"errors"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/gin-gonic/gin"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/claimflow/claimflow/internal/store"
+	"github.com/claimflow/claimflow/workflows"
+)
+
+// The lists: what a student, a user or a registrar reads next. Each pages
+// by an opaque keyset cursor (?limit= 1-200, ?after=<next of the previous
+// page>); "next" is null on the last page.
+
+// readPage parses ?limit and ?after; it writes the 400 itself.
+func readPage(c *gin.Context) (store.Page, bool) {
+	p := store.Page{Limit: store.DefaultPageLimit, After: c.Query("after")}
+	if l := c.Query("limit"); l != "" {
+		n, err := strconv.Atoi(l)
+		if err != nil || n < 1 || n > store.MaxPageLimit {
+			writeError(c, http.StatusBadRequest, "invalid_field", "limit must be between 1 and "+strconv.Itoa(store.MaxPageLimit), "limit")
+			return p, false
+		}
+		p.Limit = n
+	}
+	if len(p.After) > 512 {
+		writeError(c, http.StatusBadRequest, "invalid_field", "after must be the next cursor of a previous page", "after")
+		return p, false
+	}
+	return p, true
+}
+
+// readStatus parses ?status against the values the table allows.
+func readStatus(c *gin.Context, allowed []string) (string, bool) {
+	s := c.Query("status")
+	if s != "" && !slices.Contains(allowed, s) {
+		writeError(c, http.StatusBadRequest, "invalid_field", "status must be one of "+strings.Join(allowed, ", "), "status")
+		return "", false
+	}
+	return s, true
+}
+
+// listed answers a page, or the error the store gave.
+func (s *server) listed(c *gin.Context, key string, items any, next string, err error) {
+	switch {
+	case errors.Is(err, store.ErrBadCursor):
+		writeError(c, http.StatusBadRequest, "invalid_field", "after must be the next cursor of a previous page", "after")
+	case err != nil:
+		s.internalError(c, err)
+	default:
+		var n *string
+		if next != "" {
+			n = &next
+		}
+		c.JSON(http.StatusOK, gin.H{key: items, "next": n})
+	}
+}
+
+// ownerOrAdmin lets the subject read its own list, and an admin anyone's;
+// anyone else is told there is no such owner, as for a missing one, so
+// IDs cannot be probed.
+func ownerOrAdmin(c *gin.Context, owner, notFound, what string) bool {
+	p := principalOf(c)
+	if p.Admin() || (p.Subject != "" && p.Subject == owner) {
+		return true
+	}
+	writeError(c, http.StatusNotFound, notFound, "no "+what+" with this id", "id")
+	return false
+}
+
+func (s *server) listStudentEnrollments(c *gin.Context) {
+	id := c.Param("id")
+	if !validID(c, "id", id) || !ownerOrAdmin(c, id, "student_not_found", "student") {
+		return
+	}
+	status, ok := readStatus(c, store.EnrollmentStatuses)
+	if !ok {
+		return
+	}
+	page, ok := readPage(c)
+	if !ok {
+		return
+	}
+	items, next, err := store.StudentEnrollments(c, s.DB, id, status, page)
+	for i := range items {
+		items[i].WorkflowURL = s.runURL(items[i].WorkflowID, items[i].RunID)
+	}
+	s.listed(c, "enrollments", items, next, err)
+}
+
+// listRoster is the registrar's view of a course (admin only, by policy).
+func (s *server) listRoster(c *gin.Context) {
+	id := c.Param("id")
+	if !validID(c, "id", id) {
+		return
+	}
+	status, ok := readStatus(c, store.EnrollmentStatuses)
+	if !ok {
+		return
+	}
+	page, ok := readPage(c)
+	if !ok {
+		return
+	}
+	if _, err := store.LoadCourse(c, s.DB, id); errors.Is(err, pgx.ErrNoRows) {
+		writeError(c, http.StatusNotFound, string(workflows.RefusalCourseNotFound), "no course with this id", "id")
+		return
+	} else if err != nil {
+		s.internalError(c, err)
+		return
+	}
+	items, next, err := store.CourseRoster(c, s.DB, id, status, page)
+	for i := range items {
+		items[i].WorkflowURL = s.runURL(items[i].WorkflowID, items[i].RunID)
+	}
+	s.listed(c, "enrollments", items, next, err)
+}
+
+func (s *server) listUserCoupons(c *gin.Context) {
+	id := c.Param("id")
+	if !validID(c, "id", id) || !ownerOrAdmin(c, id, "user_not_found", "user") {
+		return
+	}
+	status, ok := readStatus(c, store.CouponStatuses)
+	if !ok {
+		return
+	}
+	page, ok := readPage(c)
+	if !ok {
+		return
+	}
+	items, next, err := store.UserCoupons(c, s.DB, id, status, page)
+	s.listed(c, "coupons", items, next, err)
+}
+
+func (s *server) listNotifications(c *gin.Context) {
+	id := c.Param("id")
+	if !validID(c, "id", id) || !ownerOrAdmin(c, id, "user_not_found", "user") {
+		return
+	}
+	unread := false
+	switch c.Query("unread") {
+	case "", "false":
+	case "true":
+		unread = true
+	default:
+		writeError(c, http.StatusBadRequest, "invalid_field", `unread must be "true" or "false"`, "unread")
+		return
+	}
+	page, ok := readPage(c)
+	if !ok {
+		return
+	}
+	items, next, err := store.Inbox(c, s.DB, id, unread, page)
+	s.listed(c, "notifications", items, next, err)
+}
+
+// readNotification marks one notification read: the recipient's own, or
+// any for an admin; someone else's is 404 like a missing one.
+func (s *server) readNotification(c *gin.Context) {
+	id, err := strconv.ParseInt(c.Param("id"), 10, 64)
+	if err != nil || id < 1 {
+		writeError(c, http.StatusBadRequest, "invalid_field", "id must be a notification's numeric id", "id")
+		return
+	}
+	recipient := principalOf(c).Subject
+	if principalOf(c).Admin() {
+		recipient = ""
+	}
+	item, found, err := store.MarkRead(c, s.DB, recipient, id)
+	switch {
+	case err != nil:
+		s.internalError(c, err)
+	case !found:
+		writeError(c, http.StatusNotFound, "notification_not_found", "no notification with this id", "id")
+	default:
+		c.JSON(http.StatusOK, item)
+	}
+}
+
+type markAllRequest struct {
+	// Before is an inbox item's cursor: it and everything older is marked
+	// read; empty marks the whole inbox.
+	Before string `json:"before"`
+}
+
+func (s *server) readAllNotifications(c *gin.Context) {
+	id := c.Param("id")
+	if !validID(c, "id", id) || !ownerOrAdmin(c, id, "user_not_found", "user") {
+		return
+	}
+	var req markAllRequest
+	if c.Request.ContentLength != 0 && !decodeJSON(c, &req) {
+		return
+	}
+	n, err := store.MarkAllRead(c, s.DB, id, req.Before)
+	switch {
+	case errors.Is(err, store.ErrBadCursor):
+		writeError(c, http.StatusBadRequest, "invalid_field", "before must be the cursor of an inbox item", "before")
+	case err != nil:
+		s.internalError(c, err)
+	default:
+		c.JSON(http.StatusOK, gin.H{"marked": n})
+	}
+}
