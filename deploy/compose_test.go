@@ -1530,17 +1530,30 @@ type k8sProbe struct {
 	} `yaml:"httpGet"`
 }
 
+type k8sKeyRef struct {
+	Name string `yaml:"name"`
+	Key  string `yaml:"key"`
+}
+
+type k8sEnv struct {
+	Name      string  `yaml:"name"`
+	Value     *string `yaml:"value"`
+	ValueFrom *struct {
+		SecretKeyRef    *k8sKeyRef `yaml:"secretKeyRef"`
+		ConfigMapKeyRef *k8sKeyRef `yaml:"configMapKeyRef"`
+	} `yaml:"valueFrom"`
+}
+
 type k8sContainer struct {
-	Name  string   `yaml:"name"`
-	Image string   `yaml:"image"`
-	Args  []string `yaml:"args"`
-	Ports []struct {
+	Name    string   `yaml:"name"`
+	Image   string   `yaml:"image"`
+	Command []string `yaml:"command"`
+	Args    []string `yaml:"args"`
+	Ports   []struct {
 		Name          string `yaml:"name"`
 		ContainerPort int    `yaml:"containerPort"`
 	} `yaml:"ports"`
-	Env []struct {
-		Name string `yaml:"name"`
-	} `yaml:"env"`
+	Env     []k8sEnv `yaml:"env"`
 	EnvFrom []struct {
 		ConfigMapRef *struct {
 			Name string `yaml:"name"`
@@ -1555,6 +1568,109 @@ type k8sContainer struct {
 		Requests map[string]string `yaml:"requests"`
 		Limits   map[string]string `yaml:"limits"`
 	} `yaml:"resources"`
+}
+
+// secretVariable reports whether a variable holds a secret: a password,
+// key or token, or the database URL (its password is in it).
+func secretVariable(name string) bool {
+	for _, s := range []string{"SECRET", "PASSWORD", "PASSWD", "TOKEN", "PRIVATE_KEY", "DATABASE_URL", "_DSN"} {
+		if strings.Contains(strings.ToUpper(name), s) {
+			return true
+		}
+	}
+	return false
+}
+
+// urlPassword matches a URL with a password in it.
+var urlPassword = regexp.MustCompile(`://[^/@\s:]+:[^/@\s]+@`)
+
+// checkK8sSecrets: a secret reaches a container only through secretKeyRef;
+// no env value is a literal secret (nor a URL with a password in it).
+func checkK8sSecrets(t *testing.T, where string, c k8sContainer) {
+	t.Helper()
+	for _, e := range c.Env {
+		if e.Value != nil && urlPassword.MatchString(*e.Value) {
+			t.Errorf("%s: env %s is a URL with a literal password", where, e.Name)
+		}
+		if !secretVariable(e.Name) {
+			continue
+		}
+		if e.Value != nil || e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil || e.ValueFrom.SecretKeyRef.Name == "" || e.ValueFrom.SecretKeyRef.Key == "" {
+			t.Errorf("%s: env %s is a secret and must come from a secretKeyRef, not a value or ConfigMap", where, e.Name)
+		}
+	}
+}
+
+// k8sEnvOf is a container's environment as the pod would see it: its
+// ConfigMaps taken whole, then its env (a configMapKeyRef resolved, a
+// secretKeyRef as a placeholder of 32 bytes, since the secret's value is
+// the operator's).
+func k8sEnvOf(t *testing.T, c k8sContainer, configMaps map[string]k8sObject) map[string]string {
+	t.Helper()
+	env := map[string]string{}
+	for _, ef := range c.EnvFrom {
+		if ef.ConfigMapRef != nil {
+			maps.Copy(env, configMaps[ef.ConfigMapRef.Name].Data)
+		}
+	}
+	for _, e := range c.Env {
+		switch {
+		case e.Value != nil:
+			env[e.Name] = *e.Value
+		case e.ValueFrom != nil && e.ValueFrom.ConfigMapKeyRef != nil:
+			ref := e.ValueFrom.ConfigMapKeyRef
+			cm, ok := configMaps[ref.Name]
+			if !ok || cm.Data[ref.Key] == "" {
+				t.Errorf("%s: env %s refers to ConfigMap %s key %s, which is not in the kustomization", c.Name, e.Name, ref.Name, ref.Key)
+			}
+			env[e.Name] = cm.Data[ref.Key]
+		case e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil:
+			env[e.Name] = "secret:" + strings.Repeat("x", 32)
+		}
+	}
+	return env
+}
+
+// checkK8sTemporalSetup: a Job registers the namespace the services use
+// and every search attribute of workflows.SearchAttributeTypes with its
+// type, with compose's script and admin-tools image.
+func checkK8sTemporalSetup(t *testing.T, others map[string]k8sContainer, configMaps map[string]k8sObject) {
+	t.Helper()
+	script, err := os.ReadFile("temporal/setup-namespace.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var setup *k8sContainer
+	for _, c := range others {
+		if len(c.Args) == 1 && c.Args[0] == string(script) {
+			setup = &c
+		}
+	}
+	if setup == nil {
+		t.Fatal("no Job runs deploy/temporal/setup-namespace.sh verbatim (args: [script], command: [/bin/sh, -c])")
+	}
+	if !slices.Equal(setup.Command, []string{"/bin/sh", "-c"}) {
+		t.Errorf("temporal setup: command %v, want [/bin/sh -c]", setup.Command)
+	}
+	if admin, ok := loadCompose(t, nil, nil).Services["admin-tools"]; ok && admin.Image != setup.Image {
+		t.Errorf("temporal setup: image %s, compose's admin-tools run %s", setup.Image, admin.Image)
+	}
+	env := k8sEnvOf(t, *setup, configMaps)
+	registered := map[string]string{}
+	for _, spec := range strings.Fields(env["SEARCH_ATTRIBUTES"]) {
+		k, v, _ := strings.Cut(spec, ":")
+		registered[k] = v
+	}
+	if !maps.Equal(registered, workflows.SearchAttributeTypes) {
+		t.Errorf("temporal setup registers %v, the workflows use %v", registered, workflows.SearchAttributeTypes)
+	}
+	ns := configMaps["claimflow-config"].Data["TEMPORAL_NAMESPACE"]
+	if env["NAMESPACE"] == "" || env["NAMESPACE"] != ns {
+		t.Errorf("temporal setup creates namespace %q, the services use %q", env["NAMESPACE"], ns)
+	}
+	if env["TEMPORAL_ADDRESS"] != configMaps["claimflow-config"].Data["TEMPORAL_ADDRESS"] {
+		t.Errorf("temporal setup talks to %q, the services to %q", env["TEMPORAL_ADDRESS"], configMaps["claimflow-config"].Data["TEMPORAL_ADDRESS"])
+	}
 }
 
 // k8sManifests reads every resource kustomization.yaml lists.
@@ -1616,15 +1732,22 @@ func TestK8sManifests(t *testing.T) {
 		}
 		byKind[o.Kind][o.Metadata.Name] = o
 	}
-	// Workloads: the binary's subcommand is args[0].
+	// Workloads: the binary's subcommand is args[0]. Other containers
+	// (the Temporal setup Job) run pinned images of their own.
 	workloads := map[string]k8sContainer{}
 	podLabels := map[string]map[string]string{}
+	others := map[string]k8sContainer{}
 	for _, kind := range []string{"Deployment", "Job"} {
 		for name, o := range byKind[kind] {
 			for _, c := range o.Spec.Template.Spec.Containers {
 				where := fmt.Sprintf("%s %s container %s", kind, name, c.Name)
+				checkK8sSecrets(t, where, c)
 				if !slices.Contains(imageNames, c.Image) {
-					t.Errorf("%s: image %q is not set by kustomization images %v", where, c.Image, imageNames)
+					if err := checkPinned(c.Image); err != nil {
+						t.Errorf("%s: image %q is neither claimflow (kustomization images %v) nor pinned: %v", where, c.Image, imageNames, err)
+					}
+					others[name] = c
+					continue
 				}
 				if len(c.Args) == 0 {
 					t.Errorf("%s: no args (subcommand)", where)
@@ -1667,6 +1790,33 @@ func TestK8sManifests(t *testing.T) {
 	if migrate, ok := workloads["migrate"]; ok && len(byKind["Job"]) == 0 {
 		t.Errorf("migrate (%s) should be a Job", migrate.Name)
 	}
+
+	// What each service needs is given, from the container's env or the
+	// ConfigMaps it takes whole; the api authenticates strictly.
+	for sub, c := range workloads {
+		env := k8sEnvOf(t, c, byKind["ConfigMap"])
+		for _, v := range serviceNeeds[sub] {
+			if env[v] == "" {
+				t.Errorf("%s (%s) needs %s, which it is not given", sub, c.Name, v)
+			}
+		}
+		if sub == "api" {
+			if err := authConfigured(func(k string) string { return env[k] }); err != nil {
+				t.Errorf("api: %v", err)
+			}
+		}
+	}
+	for _, cm := range byKind["ConfigMap"] {
+		for key, value := range cm.Data {
+			if secretVariable(key) || strings.Contains(value, ".invalid") || urlPassword.MatchString(value) {
+				t.Errorf("ConfigMap %s: %s holds a secret or a placeholder (%q); take secrets through secretKeyRef", cm.Metadata.Name, key, value)
+			}
+		}
+	}
+	for name := range byKind["Secret"] {
+		t.Errorf("Secret %s is in the kustomization: secret values are created by the operator, never committed", name)
+	}
+	checkK8sTemporalSetup(t, others, byKind["ConfigMap"])
 
 	// API probes and Service.
 	if api, ok := workloads["api"]; ok {
