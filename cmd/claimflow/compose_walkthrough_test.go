@@ -387,7 +387,9 @@ func TestComposeWalkthrough(t *testing.T) {
 	if len(steps) == 0 {
 		t.Fatal("the README walk-through states no expected answer (# → ...)")
 	}
-	cmd := exec.Command("bash", "-euo", "pipefail", "-c", strings.Join(script, "\n"))
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "bash", "-euo", "pipefail", "-c", strings.Join(script, "\n"))
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}
 	for k, v := range operator {
 		cmd.Env = append(cmd.Env, k+"="+v)
