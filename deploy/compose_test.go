@@ -14,6 +14,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"os/exec"
 	"path"
 	"path/filepath"
 	"regexp"
@@ -22,6 +23,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/compose-spec/compose-go/v2/dotenv"
 	"github.com/compose-spec/compose-go/v2/loader"
 	"github.com/compose-spec/compose-go/v2/types"
 	"go.yaml.in/yaml/v4"
@@ -34,6 +36,8 @@ import (
 const (
 	composeFile      = "docker-compose.yml"
 	clusterProfile   = "kafka-cluster"
+	demoProfile      = "demo"
+	demoEnvFile      = "demo.env"
 	brokersOverride  = "CLAIMFLOW_KAFKA_BROKERS"
 	appDockerfile    = "deploy/Dockerfile"
 	postgresInitSQL  = "postgres/init.sql"
@@ -56,35 +60,73 @@ func repoRoot(t *testing.T) string {
 	return root
 }
 
-// loadCompose loads docker-compose.yml as `docker compose` would, with the
-// given profiles and an environment that holds only env: the test must not
-// depend on the variables of the shell that runs it.
-func loadCompose(t *testing.T, profiles []string, env map[string]string) *types.Project {
+// requiredOperatorEnv is what the operator must set before compose loads
+// the file at all (${VAR:?...}), with values as an operator would give
+// them. The payout URL names no service of the file: it is the operator's.
+var requiredOperatorEnv = map[string]string{
+	"CLAIMFLOW_JWT_SECRET":        "operator-secret-0123456789abcdef0123456789abcdef",
+	"CLAIMFLOW_VENDOR_PAYOUT_URL": "https://payouts.vendor.example/v1/payouts",
+	"GRAFANA_ADMIN_PASSWORD":      "operator-grafana-password",
+}
+
+// loadComposeErr loads docker-compose.yml as `docker compose` would, with
+// the given profiles and an environment that holds only env: the test must
+// not depend on the variables of the shell that runs it.
+func loadComposeErr(t *testing.T, profiles []string, env map[string]string, skipInterpolation bool) (*types.Project, error) {
 	t.Helper()
 	root := repoRoot(t)
 	details := types.ConfigDetails{
 		WorkingDir:  root,
 		ConfigFiles: []types.ConfigFile{{Filename: filepath.Join(root, composeFile)}},
-		Environment: types.Mapping(env),
+		Environment: types.Mapping{},
 	}
-	if details.Environment == nil {
-		details.Environment = types.Mapping{}
-	}
-	p, err := loader.LoadWithContext(context.Background(), details, func(o *loader.Options) {
+	maps.Copy(details.Environment, env)
+	return loader.LoadWithContext(context.Background(), details, func(o *loader.Options) {
 		o.ResolvePaths = true
 		o.Profiles = profiles
+		o.SkipInterpolation = skipInterpolation
 	})
+}
+
+// loadCompose loads the file with the operator's required variables and
+// env on top of them.
+func loadCompose(t *testing.T, profiles []string, env map[string]string) *types.Project {
+	t.Helper()
+	all := maps.Clone(requiredOperatorEnv)
+	maps.Copy(all, env)
+	p, err := loadComposeErr(t, profiles, all, false)
 	if err != nil {
 		t.Fatalf("load %s with profiles %v: %v", composeFile, profiles, err)
 	}
 	return p
 }
 
-// projects are the two ways the stack is started.
+// demoEnv is the documented demo: deploy/demo.env on top of the operator's
+// secrets (demo.env holds none), and the profiles it turns on.
+func demoEnv(t *testing.T) (profiles []string, env map[string]string) {
+	t.Helper()
+	file, err := dotenv.Read(demoEnvFile)
+	if err != nil {
+		t.Fatalf("read %s: %v", demoEnvFile, err)
+	}
+	env = maps.Clone(requiredOperatorEnv)
+	delete(env, "CLAIMFLOW_VENDOR_PAYOUT_URL") // the demo's comes from the file
+	maps.Copy(env, file)
+	profiles = strings.Split(file["COMPOSE_PROFILES"], ",")
+	if !slices.Contains(profiles, demoProfile) {
+		t.Errorf("%s: COMPOSE_PROFILES=%q does not turn on the %s profile", demoEnvFile, file["COMPOSE_PROFILES"], demoProfile)
+	}
+	return profiles, env
+}
+
+// projects are the ways the stack is started: by default, with the Kafka
+// cluster, and the demo.
 func projects(t *testing.T) map[string]*types.Project {
+	demoProfiles, env := demoEnv(t)
 	return map[string]*types.Project{
 		"default":      loadCompose(t, nil, nil),
 		clusterProfile: loadCompose(t, []string{clusterProfile}, nil),
+		demoProfile:    loadCompose(t, demoProfiles, env),
 	}
 }
 
@@ -102,9 +144,25 @@ func knownEnvVars(t *testing.T) map[string]bool {
 	return vars
 }
 
-// appServices are the services that run the claimflow binary: those built
-// from deploy/Dockerfile.
+// simulatorCommands are the claimflow subcommands that serve the demo's
+// simulators: no service of claimflow's own, so they read no configuration.
+var simulatorCommands = []string{"payoutsim", "notifysim"}
+
+// appServices are the services that run claimflow's own services: those
+// built from deploy/Dockerfile, except the simulators.
 func appServices(t *testing.T, p *types.Project) map[string]types.ServiceConfig {
+	t.Helper()
+	out := imageServices(t, p)
+	for name, s := range out {
+		if len(s.Command) > 0 && slices.Contains(simulatorCommands, s.Command[0]) {
+			delete(out, name)
+		}
+	}
+	return out
+}
+
+// imageServices are the services built from deploy/Dockerfile.
+func imageServices(t *testing.T, p *types.Project) map[string]types.ServiceConfig {
 	t.Helper()
 	root := repoRoot(t)
 	out := map[string]types.ServiceConfig{}
@@ -367,25 +425,7 @@ func TestComposeSetupMatchesCode(t *testing.T) {
 				}
 				continue
 			}
-			// Every topic of the one list (internal/kafka) exists before the
-			// services start; kafka-init creates all with PARTITIONS, which
-			// must give each event topic the partitions the list says (a
-			// dead-letter topic may have more: its order does not matter).
-			topics, _ := envValue(s, "TOPICS")
-			for _, want := range kafka.AllTopics(1) {
-				if !slices.Contains(strings.Fields(topics), want.Name) {
-					t.Errorf("%s: %s does not create topic %s (TOPICS=%q)", name, init, want.Name, topics)
-				}
-			}
-			partitions, _ := envValue(s, "PARTITIONS")
-			for _, et := range kafka.EventTopics {
-				if partitions != strconv.Itoa(int(et.Partitions)) {
-					t.Errorf("%s: %s creates %s with PARTITIONS=%q, the topic list says %d", name, init, et.Name, partitions, et.Partitions)
-				}
-				if n, err := strconv.Atoi(partitions); err != nil || int32(n) < et.DLTPartitions {
-					t.Errorf("%s: %s creates %s with PARTITIONS=%q, fewer than the list's %d", name, init, et.DLT, partitions, et.DLTPartitions)
-				}
-			}
+			checkTopicInit(t, name+": "+init, p, s)
 		}
 	}
 	var dc map[string][]struct {
@@ -397,6 +437,471 @@ func TestComposeSetupMatchesCode(t *testing.T) {
 			if tq, ok := v.Constraints["taskQueueName"]; ok && tq != workflows.TaskQueue {
 				t.Errorf("dynamicconfig %s: taskQueueName %v, workers poll %q", key, tq, workflows.TaskQueue)
 			}
+		}
+	}
+}
+
+// checkTopicInit checks a kafka-init service against internal/kafka's one
+// list: it runs the service's own command with kafka-topics.sh replaced by
+// a script that records its arguments, so what is checked is what the
+// container would create, topic by topic: the list's names and partitions,
+// and kafka.Replication of the brokers it bootstraps from.
+func checkTopicInit(t *testing.T, where string, p *types.Project, s types.ServiceConfig) {
+	t.Helper()
+	const tool = "/opt/kafka/bin/kafka-topics.sh"
+	script := strings.Join(s.Command, "\n")
+	if len(s.Command) < 3 || s.Command[0] != "/bin/sh" || s.Command[1] != "-c" || !strings.Contains(script, tool) {
+		t.Errorf("%s: command %q is not a /bin/sh -c script running %s", where, s.Command, tool)
+		return
+	}
+	dir := t.TempDir()
+	record := filepath.Join(dir, "calls")
+	fake := filepath.Join(dir, "kafka-topics.sh")
+	if err := os.WriteFile(fake, []byte("#!/bin/sh\necho \"$*\" >> "+record+"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("/bin/sh", "-c", strings.ReplaceAll(s.Command[2], tool, fake))
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
+	for k, v := range s.Environment {
+		if v != nil {
+			cmd.Env = append(cmd.Env, k+"="+*v)
+		}
+	}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Errorf("%s: its command failed: %v\n%s", where, err, out)
+		return
+	}
+	raw, err := os.ReadFile(record)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bootstrap, _ := envValue(s, "BOOTSTRAP")
+	brokers := strings.Split(bootstrap, ",")
+	for _, b := range brokers {
+		host, _, _ := net.SplitHostPort(b)
+		if _, ok := kafkaBrokers(p)[host]; !ok {
+			t.Errorf("%s: BOOTSTRAP %s is not a broker service of the stack", where, b)
+		}
+	}
+	replicas, minInsync := kafka.Replication(len(brokers))
+	created := map[string]kafka.Topic{}
+	for _, line := range strings.Split(strings.TrimSpace(string(raw)), "\n") {
+		f := strings.Fields(line)
+		arg := func(name string) string {
+			if i := slices.Index(f, name); i >= 0 && i+1 < len(f) {
+				return f[i+1]
+			}
+			return ""
+		}
+		if !slices.Contains(f, "--create") {
+			continue
+		}
+		if !slices.Contains(f, "--if-not-exists") {
+			t.Errorf("%s: creates without --if-not-exists, so a rerun fails: %s", where, line)
+		}
+		part, _ := strconv.Atoi(arg("--partitions"))
+		rf, _ := strconv.Atoi(arg("--replication-factor"))
+		created[arg("--topic")] = kafka.Topic{Name: arg("--topic"), Partitions: int32(part), Replicas: int16(rf)}
+		if want := fmt.Sprintf("min.insync.replicas=%d", minInsync); arg("--config") != want {
+			t.Errorf("%s: %s with --config %s, want %s (kafka.Replication(%d))", where, arg("--topic"), arg("--config"), want, len(brokers))
+		}
+	}
+	want := map[string]kafka.Topic{}
+	for _, topic := range kafka.AllTopics(replicas) {
+		want[topic.Name] = topic
+	}
+	for name, w := range want {
+		if got, ok := created[name]; !ok {
+			t.Errorf("%s: does not create %s", where, name)
+		} else if got != w {
+			t.Errorf("%s: creates %s with %d partitions and %d replicas, the topic list says %d and kafka.Replication(%d) %d",
+				where, name, got.Partitions, got.Replicas, w.Partitions, len(brokers), w.Replicas)
+		}
+	}
+	for name := range created {
+		if _, ok := want[name]; !ok {
+			t.Errorf("%s: creates %s, which is not in internal/kafka's topic list", where, name)
+		}
+	}
+}
+
+// TestComposeConsumerReadsTheTopicList: the consumer subscribes to the
+// list's topics, by default (config's CONSUMER_TOPICS default) or as set.
+func TestComposeConsumerReadsTheTopicList(t *testing.T) {
+	want := strings.Join(kafka.EventTopicNames(), ",")
+	if got := configDefaults(t)["CONSUMER_TOPICS"]; got != want {
+		t.Errorf("CONSUMER_TOPICS defaults to %q, the topic list is %q", got, want)
+	}
+	for name, p := range projects(t) {
+		c, ok := p.Services["consumer"]
+		if !ok {
+			t.Errorf("%s: no consumer service", name)
+			continue
+		}
+		if got, ok := envValue(c, "CONSUMER_TOPICS"); ok && got != want {
+			t.Errorf("%s: consumer reads %q, the topic list is %q", name, got, want)
+		}
+	}
+}
+
+// configDefaults are the defaults of config.Names() as config.Usage()
+// prints them ("" for unset).
+func configDefaults(t *testing.T) map[string]string {
+	t.Helper()
+	re := regexp.MustCompile(`^\s+(\S+)\s.*\(default: (.*)\)$`)
+	out := map[string]string{}
+	for _, line := range strings.Split(config.Usage(), "\n") {
+		if m := re.FindStringSubmatch(line); m != nil {
+			out[m[1]] = m[2]
+			if m[2] == "unset" {
+				out[m[1]] = ""
+			}
+		}
+	}
+	for _, name := range config.Names() {
+		if _, ok := out[name]; !ok {
+			t.Fatalf("config.Usage() shows no default for %s", name)
+		}
+	}
+	return out
+}
+
+// serviceNeeds are the variables each claimflow service must be given in
+// a deployment (compose and k8s): their defaults name the dev stack on
+// 127.0.0.1, which is never right in a container. Authentication is
+// checked apart (authConfigured), since hs256 and jwks need different ones.
+var serviceNeeds = map[string][]string{
+	"api":      {"DATABASE_URL", "TEMPORAL_ADDRESS", "TEMPORAL_UI_URL", "KAFKA_BROKERS", "HTTP_ADDR"},
+	"worker":   {"DATABASE_URL", "TEMPORAL_ADDRESS", "KAFKA_BROKERS", "METRICS_ADDR", "VENDOR_PAYOUT_URL"},
+	"consumer": {"DATABASE_URL", "TEMPORAL_ADDRESS", "KAFKA_BROKERS", "METRICS_ADDR"},
+	"migrate":  {"DATABASE_URL"},
+}
+
+// authVariables are read by the API alone; authConfigured checks them.
+var authVariables = []string{"AUTH_MODE", "JWT_SECRET", "JWKS_URL", "JWT_ISSUER", "JWT_AUDIENCE"}
+
+// composeDefaulted are the variables compose deliberately leaves to the
+// binary's default, with the reason. A variable config.Names() gains must
+// be set in compose or added here.
+var composeDefaulted = map[string]string{
+	"TEMPORAL_CLI":           "only 'claimflow dev' runs a Temporal CLI",
+	"LOG_FORMAT":             "json, what a log collector reads",
+	"RATE_LIMIT_PER_SUBJECT": "the default is the production limit",
+	"RATE_LIMIT_BURST":       "the default is the production limit",
+	"RATE_LIMIT_ADMIN":       "admins are not limited unless the operator says so",
+	"MAX_INFLIGHT_CLAIMS":    "the default sheds only a true overload",
+	"PAYOUT_TIMEOUT":         "5s, the payout activity's bound derives from it",
+	"CONSUMER_TOPICS":        "the default is internal/kafka's topic list",
+	"CONSUMER_BATCH":         "the default is tuned in docs/consumer.md",
+	"ENROLL_MODE":            "batch (group commit) is the production mode",
+	"CLAIM_BATCH_MAX":        "the default is tuned in docs/performance.md",
+	"CLAIM_BATCH_INFLIGHT":   "the default is tuned in docs/performance.md",
+	"CLAIM_BATCH_ATTR_BYTES": "set on the api, the only service that batches",
+	"WORKER_MAX_ACTIVITIES":  "set on the worker, the only service that runs activities",
+	"CONSUMER_GROUP":         "set on the consumer, the only service in the group",
+	"NOTIFY_WEBHOOK_URL":     "optional: unset, notifications go to the table alone",
+	// Authentication: the api uses hs256 with JWT_SECRET (authConfigured).
+	"AUTH_MODE":    "hs256, with the operator's JWT_SECRET",
+	"JWKS_URL":     "only with AUTH_MODE=jwks",
+	"JWT_ISSUER":   "hs256 tokens are minted by the operator's own claimflow token",
+	"JWT_AUDIENCE": "hs256 tokens are minted by the operator's own claimflow token",
+}
+
+// claimflowServices are the app services that run the claimflow service
+// subcommands (not the simulators), by subcommand.
+func claimflowServices(t *testing.T, p *types.Project) map[string]types.ServiceConfig {
+	t.Helper()
+	out := map[string]types.ServiceConfig{}
+	for name, s := range appServices(t, p) {
+		if len(s.Command) > 0 {
+			if _, ok := serviceNeeds[s.Command[0]]; ok {
+				out[name] = s
+			}
+		}
+	}
+	return out
+}
+
+// TestServiceNeedsCoverLoopbackDefaults: a variable whose default is the
+// dev stack's loopback address must be in some service's needs, so a new
+// one cannot be left to its default in a container unnoticed.
+func TestServiceNeedsCoverLoopbackDefaults(t *testing.T) {
+	needed := map[string]bool{}
+	for _, vars := range serviceNeeds {
+		for _, v := range vars {
+			needed[v] = true
+		}
+	}
+	for name, def := range configDefaults(t) {
+		if strings.Contains(def, "127.0.0.1") && !needed[name] {
+			t.Errorf("%s defaults to the loopback %q but no service's needs list it (serviceNeeds)", name, def)
+		}
+	}
+	for svc, vars := range serviceNeeds {
+		for _, v := range vars {
+			if !knownEnvVars(t)[v] {
+				t.Errorf("serviceNeeds[%s]: %s is not in config.Names()", svc, v)
+			}
+		}
+	}
+}
+
+// TestComposeEnvSetOrDefaulted: every variable the binary reads is, for
+// every claimflow service, set in compose, or deliberately left to its
+// default (composeDefaulted), or needed only by another service; what a
+// service needs is set.
+func TestComposeEnvSetOrDefaulted(t *testing.T) {
+	otherServices := map[string]bool{}
+	for _, vars := range serviceNeeds {
+		for _, v := range vars {
+			otherServices[v] = true
+		}
+	}
+	for name, p := range projects(t) {
+		services := claimflowServices(t, p)
+		for _, want := range []string{"api", "worker", "consumer", "migrate"} {
+			if _, ok := services[want]; !ok {
+				t.Errorf("%s: no service runs claimflow %s", name, want)
+			}
+		}
+		for svc, s := range services {
+			sub := s.Command[0]
+			for _, v := range serviceNeeds[sub] {
+				if val, ok := envValue(s, v); !ok || val == "" {
+					t.Errorf("%s: %s (claimflow %s) needs %s, which it is not given", name, svc, sub, v)
+				}
+			}
+			if sub == "migrate" {
+				continue // reads DATABASE_URL and LOG_LEVEL only
+			}
+			for _, v := range config.Names() {
+				if sub != "api" && slices.Contains(authVariables, v) {
+					continue // read by the api alone
+				}
+				_, set := envValue(s, v)
+				_, defaulted := composeDefaulted[v]
+				if !set && !defaulted && !otherServices[v] {
+					t.Errorf("%s: %s leaves %s to its default %q, and composeDefaulted gives no reason", name, svc, v, configDefaults(t)[v])
+				}
+			}
+			if sub == "api" {
+				if err := authConfigured(func(k string) string { v, _ := envValue(s, k); return v }); err != nil {
+					t.Errorf("%s: %s: %v", name, svc, err)
+				}
+			}
+		}
+	}
+}
+
+// authConfigured checks an api's authentication variables: hs256 with a
+// secret of at least 32 bytes, or jwks with the key set, issuer and
+// audience (never off).
+func authConfigured(get func(string) string) error {
+	switch mode := get("AUTH_MODE"); mode {
+	case "", config.AuthHS256:
+		if len(get("JWT_SECRET")) < 32 {
+			return fmt.Errorf("AUTH_MODE %q without a JWT_SECRET of 32 bytes or more", mode)
+		}
+	case "jwks":
+		for _, v := range []string{"JWKS_URL", "JWT_ISSUER", "JWT_AUDIENCE"} {
+			if get(v) == "" {
+				return fmt.Errorf("AUTH_MODE=jwks without %s", v)
+			}
+		}
+	default:
+		return fmt.Errorf("AUTH_MODE %q in a deployment", mode)
+	}
+	return nil
+}
+
+// TestComposeRequiresOperatorSecrets: without each required variable the
+// file does not load (compose refuses to start); with them it does. The
+// JWT secret and Grafana's password have no default, anonymous Grafana is
+// off unless turned on, and the demo still needs the secrets.
+func TestComposeRequiresOperatorSecrets(t *testing.T) {
+	demoProfiles, demo := demoEnv(t)
+	for _, tc := range []struct {
+		label    string
+		profiles []string
+		env      map[string]string
+	}{
+		{"default", nil, requiredOperatorEnv},
+		{clusterProfile, []string{clusterProfile}, requiredOperatorEnv},
+		{demoProfile, demoProfiles, demo},
+	} {
+		if _, err := loadComposeErr(t, tc.profiles, tc.env, false); err != nil {
+			t.Errorf("%s: does not load with the required variables: %v", tc.label, err)
+		}
+		for v := range tc.env {
+			if _, required := requiredOperatorEnv[v]; !required {
+				continue
+			}
+			env := maps.Clone(tc.env)
+			delete(env, v)
+			_, err := loadComposeErr(t, tc.profiles, env, false)
+			if err == nil || !strings.Contains(err.Error(), v) {
+				t.Errorf("%s: loads without %s (err %v); compose must refuse to start", tc.label, v, err)
+			}
+			env[v] = ""
+			if _, err := loadComposeErr(t, tc.profiles, env, false); err == nil {
+				t.Errorf("%s: loads with %s empty", tc.label, v)
+			}
+		}
+	}
+	grafana := func(env map[string]string) types.ServiceConfig {
+		s, ok := loadCompose(t, nil, env).Services["grafana"]
+		if !ok {
+			t.Fatal("no grafana service")
+		}
+		return s
+	}
+	if v, _ := envValue(grafana(nil), "GF_AUTH_ANONYMOUS_ENABLED"); v != "false" {
+		t.Errorf("grafana: anonymous viewing %q by default, want false", v)
+	}
+	if v, _ := envValue(grafana(map[string]string{"GRAFANA_ANONYMOUS_ENABLED": "true"}), "GF_AUTH_ANONYMOUS_ENABLED"); v != "true" {
+		t.Errorf("grafana: GRAFANA_ANONYMOUS_ENABLED=true gives anonymous viewing %q", v)
+	}
+	if v, _ := envValue(grafana(nil), "GF_SECURITY_ADMIN_PASSWORD"); v != requiredOperatorEnv["GRAFANA_ADMIN_PASSWORD"] {
+		t.Errorf("grafana: admin password %q, not the operator's", v)
+	}
+}
+
+// addressVariable reports whether an app variable names a place the app
+// connects to (a URL, a host:port, a broker list); *_ADDR are listen
+// addresses.
+func addressVariable(name, value string) bool {
+	return strings.Contains(value, "://") || strings.HasSuffix(name, "_URL") ||
+		strings.HasSuffix(name, "_ADDRESS") || strings.HasSuffix(name, "_BROKERS")
+}
+
+var (
+	requiredVarRe = regexp.MustCompile(`^\$\{(\w+):\?[^}]+\}$`)
+	optionalVarRe = regexp.MustCompile(`^\$\{(\w+):-\}$`)
+)
+
+// TestComposeURLsNameServices: every URL and address the app services are
+// given names a service of the file (in the profiles that run), or is a
+// required operator variable (${VAR:?...}: no default at all), or an
+// optional one that is empty unless set (${VAR:-}); a browser link on
+// localhost names a published port. Never a .invalid placeholder. In the
+// demo, deploy/demo.env fills the operator's variables with services.
+func TestComposeURLsNameServices(t *testing.T) {
+	demoProfiles, demo := demoEnv(t)
+	for _, tc := range []struct {
+		label    string
+		profiles []string
+		env      map[string]string
+	}{
+		{"default", nil, nil},
+		{clusterProfile, []string{clusterProfile}, nil},
+		{demoProfile, demoProfiles, demo},
+	} {
+		p := loadCompose(t, tc.profiles, tc.env)
+		raw, err := loadComposeErr(t, tc.profiles, nil, true)
+		if err != nil {
+			t.Fatalf("%s: load without interpolation: %v", tc.label, err)
+		}
+		published := map[string]bool{}
+		for _, s := range p.Services {
+			for _, port := range s.Ports {
+				published[port.Published] = true
+			}
+		}
+		for svc, s := range appServices(t, p) {
+			for key := range s.Environment {
+				value, _ := envValue(s, key)
+				rawValue, _ := envValue(raw.Services[svc], key)
+				where := fmt.Sprintf("%s: %s %s=%q", tc.label, svc, key, value)
+				if strings.Contains(value, ".invalid") || strings.Contains(rawValue, ".invalid") {
+					t.Errorf("%s: a .invalid placeholder", where)
+				}
+				if !addressVariable(key, value) {
+					continue
+				}
+				operator := requiredVarRe.MatchString(rawValue) || optionalVarRe.MatchString(rawValue)
+				if operator && tc.label != demoProfile {
+					continue // the operator's: compose cannot know it
+				}
+				if value == "" {
+					if !optionalVarRe.MatchString(rawValue) {
+						t.Errorf("%s: empty, and not an optional ${VAR:-}", where)
+					}
+					continue
+				}
+				for _, host := range addressHosts(value) {
+					if h, port, _ := net.SplitHostPort(host); h == "localhost" || h == "127.0.0.1" {
+						if !published[port] {
+							t.Errorf("%s: %s is no port a service publishes", where, host)
+						}
+						continue
+					} else if host != "" && h != "" {
+						host = h
+					}
+					if _, ok := p.Services[host]; !ok {
+						t.Errorf("%s: %s is not a service of the stack (%v)", where, host, p.ServiceNames())
+					}
+				}
+			}
+		}
+	}
+}
+
+// addressHosts are the host:port (or host) parts of a URL, a host:port or
+// a comma-separated broker list.
+func addressHosts(value string) []string {
+	var out []string
+	for _, part := range strings.Split(value, ",") {
+		if u, err := url.Parse(part); err == nil && u.Host != "" {
+			out = append(out, u.Host)
+			continue
+		}
+		out = append(out, part)
+	}
+	return out
+}
+
+// TestComposeDemoProfile: the simulators run only with the demo profile,
+// from the claimflow image, with the subcommands the binary has, and the
+// demo's URLs reach them on the ports they listen on.
+func TestComposeDemoProfile(t *testing.T) {
+	def := loadCompose(t, nil, nil)
+	profiles, env := demoEnv(t)
+	demo := loadCompose(t, profiles, env)
+	sims := map[string]string{"payoutsim": "VENDOR_PAYOUT_URL", "notifysim": "NOTIFY_WEBHOOK_URL"}
+	for sim, variable := range sims {
+		if _, ok := def.Services[sim]; ok {
+			t.Errorf("default: %s runs without the %s profile", sim, demoProfile)
+		}
+		s, ok := imageServices(t, demo)[sim]
+		if !ok {
+			t.Errorf("%s: no %s service built from %s", demoProfile, sim, appDockerfile)
+			continue
+		}
+		if len(s.Command) != 3 || s.Command[0] != sim || s.Command[1] != "--addr" {
+			t.Errorf("%s: command %v, want [%s --addr HOST:PORT]", sim, s.Command, sim)
+			continue
+		}
+		_, port, err := net.SplitHostPort(s.Command[2])
+		if err != nil {
+			t.Errorf("%s: --addr %q: %v", sim, s.Command[2], err)
+		}
+		users := 0
+		for svc, app := range claimflowServices(t, demo) {
+			v, ok := envValue(app, variable)
+			if !ok || v == "" {
+				continue
+			}
+			users++
+			u, err := url.Parse(v)
+			if err != nil || u.Hostname() != sim || u.Port() != port {
+				t.Errorf("%s: %s %s=%q does not reach %s on port %s", demoProfile, svc, variable, v, sim, port)
+			}
+			if d, ok := app.DependsOn[sim]; !ok || d.Required {
+				t.Errorf("%s: %s does not depend on %s, or requires it outside the demo", demoProfile, svc, sim)
+			}
+		}
+		if users == 0 {
+			t.Errorf("%s: no service is given %s", demoProfile, variable)
 		}
 	}
 }
@@ -1025,17 +1530,30 @@ type k8sProbe struct {
 	} `yaml:"httpGet"`
 }
 
+type k8sKeyRef struct {
+	Name string `yaml:"name"`
+	Key  string `yaml:"key"`
+}
+
+type k8sEnv struct {
+	Name      string  `yaml:"name"`
+	Value     *string `yaml:"value"`
+	ValueFrom *struct {
+		SecretKeyRef    *k8sKeyRef `yaml:"secretKeyRef"`
+		ConfigMapKeyRef *k8sKeyRef `yaml:"configMapKeyRef"`
+	} `yaml:"valueFrom"`
+}
+
 type k8sContainer struct {
-	Name  string   `yaml:"name"`
-	Image string   `yaml:"image"`
-	Args  []string `yaml:"args"`
-	Ports []struct {
+	Name    string   `yaml:"name"`
+	Image   string   `yaml:"image"`
+	Command []string `yaml:"command"`
+	Args    []string `yaml:"args"`
+	Ports   []struct {
 		Name          string `yaml:"name"`
 		ContainerPort int    `yaml:"containerPort"`
 	} `yaml:"ports"`
-	Env []struct {
-		Name string `yaml:"name"`
-	} `yaml:"env"`
+	Env     []k8sEnv `yaml:"env"`
 	EnvFrom []struct {
 		ConfigMapRef *struct {
 			Name string `yaml:"name"`
@@ -1050,6 +1568,109 @@ type k8sContainer struct {
 		Requests map[string]string `yaml:"requests"`
 		Limits   map[string]string `yaml:"limits"`
 	} `yaml:"resources"`
+}
+
+// secretVariable reports whether a variable holds a secret: a password,
+// key or token, or the database URL (its password is in it).
+func secretVariable(name string) bool {
+	for _, s := range []string{"SECRET", "PASSWORD", "PASSWD", "TOKEN", "PRIVATE_KEY", "DATABASE_URL", "_DSN"} {
+		if strings.Contains(strings.ToUpper(name), s) {
+			return true
+		}
+	}
+	return false
+}
+
+// urlPassword matches a URL with a password in it.
+var urlPassword = regexp.MustCompile(`://[^/@\s:]+:[^/@\s]+@`)
+
+// checkK8sSecrets: a secret reaches a container only through secretKeyRef;
+// no env value is a literal secret (nor a URL with a password in it).
+func checkK8sSecrets(t *testing.T, where string, c k8sContainer) {
+	t.Helper()
+	for _, e := range c.Env {
+		if e.Value != nil && urlPassword.MatchString(*e.Value) {
+			t.Errorf("%s: env %s is a URL with a literal password", where, e.Name)
+		}
+		if !secretVariable(e.Name) {
+			continue
+		}
+		if e.Value != nil || e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil || e.ValueFrom.SecretKeyRef.Name == "" || e.ValueFrom.SecretKeyRef.Key == "" {
+			t.Errorf("%s: env %s is a secret and must come from a secretKeyRef, not a value or ConfigMap", where, e.Name)
+		}
+	}
+}
+
+// k8sEnvOf is a container's environment as the pod would see it: its
+// ConfigMaps taken whole, then its env (a configMapKeyRef resolved, a
+// secretKeyRef as a placeholder of 32 bytes, since the secret's value is
+// the operator's).
+func k8sEnvOf(t *testing.T, c k8sContainer, configMaps map[string]k8sObject) map[string]string {
+	t.Helper()
+	env := map[string]string{}
+	for _, ef := range c.EnvFrom {
+		if ef.ConfigMapRef != nil {
+			maps.Copy(env, configMaps[ef.ConfigMapRef.Name].Data)
+		}
+	}
+	for _, e := range c.Env {
+		switch {
+		case e.Value != nil:
+			env[e.Name] = *e.Value
+		case e.ValueFrom != nil && e.ValueFrom.ConfigMapKeyRef != nil:
+			ref := e.ValueFrom.ConfigMapKeyRef
+			cm, ok := configMaps[ref.Name]
+			if !ok || cm.Data[ref.Key] == "" {
+				t.Errorf("%s: env %s refers to ConfigMap %s key %s, which is not in the kustomization", c.Name, e.Name, ref.Name, ref.Key)
+			}
+			env[e.Name] = cm.Data[ref.Key]
+		case e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil:
+			env[e.Name] = "secret:" + strings.Repeat("x", 32)
+		}
+	}
+	return env
+}
+
+// checkK8sTemporalSetup: a Job registers the namespace the services use
+// and every search attribute of workflows.SearchAttributeTypes with its
+// type, with compose's script and admin-tools image.
+func checkK8sTemporalSetup(t *testing.T, others map[string]k8sContainer, configMaps map[string]k8sObject) {
+	t.Helper()
+	script, err := os.ReadFile("temporal/setup-namespace.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var setup *k8sContainer
+	for _, c := range others {
+		if len(c.Args) == 1 && c.Args[0] == string(script) {
+			setup = &c
+		}
+	}
+	if setup == nil {
+		t.Fatal("no Job runs deploy/temporal/setup-namespace.sh verbatim (args: [script], command: [/bin/sh, -c])")
+	}
+	if !slices.Equal(setup.Command, []string{"/bin/sh", "-c"}) {
+		t.Errorf("temporal setup: command %v, want [/bin/sh -c]", setup.Command)
+	}
+	if admin, ok := loadCompose(t, nil, nil).Services["admin-tools"]; ok && admin.Image != setup.Image {
+		t.Errorf("temporal setup: image %s, compose's admin-tools run %s", setup.Image, admin.Image)
+	}
+	env := k8sEnvOf(t, *setup, configMaps)
+	registered := map[string]string{}
+	for _, spec := range strings.Fields(env["SEARCH_ATTRIBUTES"]) {
+		k, v, _ := strings.Cut(spec, ":")
+		registered[k] = v
+	}
+	if !maps.Equal(registered, workflows.SearchAttributeTypes) {
+		t.Errorf("temporal setup registers %v, the workflows use %v", registered, workflows.SearchAttributeTypes)
+	}
+	ns := configMaps["claimflow-config"].Data["TEMPORAL_NAMESPACE"]
+	if env["NAMESPACE"] == "" || env["NAMESPACE"] != ns {
+		t.Errorf("temporal setup creates namespace %q, the services use %q", env["NAMESPACE"], ns)
+	}
+	if env["TEMPORAL_ADDRESS"] != configMaps["claimflow-config"].Data["TEMPORAL_ADDRESS"] {
+		t.Errorf("temporal setup talks to %q, the services to %q", env["TEMPORAL_ADDRESS"], configMaps["claimflow-config"].Data["TEMPORAL_ADDRESS"])
+	}
 }
 
 // k8sManifests reads every resource kustomization.yaml lists.
@@ -1111,15 +1732,22 @@ func TestK8sManifests(t *testing.T) {
 		}
 		byKind[o.Kind][o.Metadata.Name] = o
 	}
-	// Workloads: the binary's subcommand is args[0].
+	// Workloads: the binary's subcommand is args[0]. Other containers
+	// (the Temporal setup Job) run pinned images of their own.
 	workloads := map[string]k8sContainer{}
 	podLabels := map[string]map[string]string{}
+	others := map[string]k8sContainer{}
 	for _, kind := range []string{"Deployment", "Job"} {
 		for name, o := range byKind[kind] {
 			for _, c := range o.Spec.Template.Spec.Containers {
 				where := fmt.Sprintf("%s %s container %s", kind, name, c.Name)
+				checkK8sSecrets(t, where, c)
 				if !slices.Contains(imageNames, c.Image) {
-					t.Errorf("%s: image %q is not set by kustomization images %v", where, c.Image, imageNames)
+					if err := checkPinned(c.Image); err != nil {
+						t.Errorf("%s: image %q is neither claimflow (kustomization images %v) nor pinned: %v", where, c.Image, imageNames, err)
+					}
+					others[name] = c
+					continue
 				}
 				if len(c.Args) == 0 {
 					t.Errorf("%s: no args (subcommand)", where)
@@ -1162,6 +1790,33 @@ func TestK8sManifests(t *testing.T) {
 	if migrate, ok := workloads["migrate"]; ok && len(byKind["Job"]) == 0 {
 		t.Errorf("migrate (%s) should be a Job", migrate.Name)
 	}
+
+	// What each service needs is given, from the container's env or the
+	// ConfigMaps it takes whole; the api authenticates strictly.
+	for sub, c := range workloads {
+		env := k8sEnvOf(t, c, byKind["ConfigMap"])
+		for _, v := range serviceNeeds[sub] {
+			if env[v] == "" {
+				t.Errorf("%s (%s) needs %s, which it is not given", sub, c.Name, v)
+			}
+		}
+		if sub == "api" {
+			if err := authConfigured(func(k string) string { return env[k] }); err != nil {
+				t.Errorf("api: %v", err)
+			}
+		}
+	}
+	for _, cm := range byKind["ConfigMap"] {
+		for key, value := range cm.Data {
+			if secretVariable(key) || strings.Contains(value, ".invalid") || urlPassword.MatchString(value) {
+				t.Errorf("ConfigMap %s: %s holds a secret or a placeholder (%q); take secrets through secretKeyRef", cm.Metadata.Name, key, value)
+			}
+		}
+	}
+	for name := range byKind["Secret"] {
+		t.Errorf("Secret %s is in the kustomization: secret values are created by the operator, never committed", name)
+	}
+	checkK8sTemporalSetup(t, others, byKind["ConfigMap"])
 
 	// API probes and Service.
 	if api, ok := workloads["api"]; ok {

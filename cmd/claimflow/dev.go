@@ -27,8 +27,8 @@ func runDev(ctx context.Context, cfg appconfig.Config, log *slog.Logger, args []
 	fs.IntVar(&o.KafkaPort, "kafka-port", 9092, "Kafka (kfake) port")
 	fs.IntVar(&o.PGPort, "pg-port", 55432, "port of the private PostgreSQL cluster (unused when DATABASE_URL is set)")
 	fs.StringVar(&o.PGBin, "pg-bin", "", "bin directory of the PostgreSQL server to run (initdb, pg_ctl, postgres); default: one on PATH or in /usr/lib/postgresql/*/bin, else a build downloaded once into the user cache")
-	fs.IntVar(&o.PayoutPort, "payout-port", 8090, "port of the payout simulator (unused when VENDOR_PAYOUT_URL is set)")
-	fs.IntVar(&o.NotifyPort, "notify-port", 8091, "port of the notification webhook simulator (unused when NOTIFY_WEBHOOK_URL is set)")
+	fs.IntVar(&o.PayoutPort, "payout-port", services.Simulators["payoutsim"], "port of the payout simulator (unused when VENDOR_PAYOUT_URL is set)")
+	fs.IntVar(&o.NotifyPort, "notify-port", services.Simulators["notifysim"], "port of the notification webhook simulator (unused when NOTIFY_WEBHOOK_URL is set)")
 	fs.BoolVar(&o.InsecureNoAuth, "insecure-no-auth", false, "serve the API without authentication, every request acting as an admin (never beyond a sandbox)")
 	list := fs.String("services", "api,worker,consumer", "services run inside this process; the others (or all, with \"none\") run as 'claimflow api|worker|consumer' processes against the printed addresses")
 	if err := fs.Parse(args); err != nil {

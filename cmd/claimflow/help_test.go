@@ -15,7 +15,7 @@ func TestHelpExitsZero(t *testing.T) {
 	for _, args := range [][]string{
 		{"-h"}, {"--help"}, {"help"},
 		{"dev", "-h"}, {"api", "-h"}, {"worker", "-h"}, {"migrate", "-h"}, {"replay", "-h"},
-		{"consumer", "-h"}, {"audit", "-h"}, {"token", "-h"},
+		{"consumer", "-h"}, {"audit", "-h"}, {"token", "-h"}, {"payoutsim", "-h"}, {"notifysim", "-h"},
 	} {
 		t.Run(strings.Join(args, " "), func(t *testing.T) {
 			out, err := exec.Command(bin, args...).CombinedOutput()

@@ -8,6 +8,8 @@
 //	claimflow consumer  deliver each event's notification exactly once
 //	claimflow audit     compare topics with the notifications delivered
 //	claimflow token     mint a JWT for the local stack
+//	claimflow payoutsim the vendor payout simulator on its own
+//	claimflow notifysim the notification webhook simulator on its own
 //
 // Package main parses flags and calls packages: the services live in
 // internal/services, the configuration in internal/config.
@@ -40,6 +42,8 @@ commands:
   consumer  consume enrollment and coupon events and deliver their notifications
   audit     compare the consumed topics with the notifications table: lost, duplicates, order
   token     print a JWT for the local stack: token --sub s-1 [--role admin] [--ttl 1h]
+  payoutsim serve the vendor payout simulator 'dev' runs (--addr, default 127.0.0.1:8090; POST /payouts)
+  notifysim serve the notification webhook simulator 'dev' runs (--addr, default 127.0.0.1:8091; POST /notifications)
 
 environment (defaults fit 'claimflow dev'):
 %s
@@ -129,6 +133,8 @@ func run(ctx context.Context, cfg appconfig.Config, log *slog.Logger, cmd string
 		return runAudit(ctx, cfg, log, args, stdout)
 	case "token":
 		return runToken(ctx, cfg, log, args, stdout)
+	case "payoutsim", "notifysim":
+		return runSimulator(ctx, log, cmd, args)
 	}
 	fmt.Fprintf(stderr, "claimflow: unknown command %q\n\n", cmd)
 	fmt.Fprintf(stderr, usage, appconfig.Usage())

@@ -144,14 +144,38 @@ type EventTopic struct {
 	DLTPartitions int32
 }
 
-// EventTopics is every topic claimflow publishes to. 12 partitions leave
-// room for per-key ordering across several consumers. The dev stack
-// creates these, the compose file's kafka-init must create them too
-// (deploy/compose_test.go checks), and the consumer reads the Names by
-// default.
+// EventTopics is every topic claimflow publishes to: the one list of names,
+// partitions and dead-letter topics. 12 partitions leave room for per-key
+// ordering across several consumers. Everything that creates or reads
+// topics follows it: the dev stack creates AllTopics, the compose file's
+// kafka-init and kafka-cluster-init create the same names with the same
+// partitions and Replication's factors (deploy/compose_test.go checks, and
+// cmd/claimflow's compose walk-through test compares the dev stack's broker
+// with both), and the consumer reads EventTopicNames by default
+// (CONSUMER_TOPICS).
 var EventTopics = []EventTopic{
 	{Name: workflows.EnrollmentTopic, Partitions: 12, DLT: workflows.EnrollmentDLTTopic, DLTPartitions: 1},
 	{Name: workflows.CouponTopic, Partitions: 12, DLT: workflows.CouponDLTTopic, DLTPartitions: 1},
+}
+
+// Replicas and MinInsyncReplicas are the replication of every topic on a
+// cluster of at least Replicas brokers: an acks=all write survives the loss
+// of one broker and is refused, not lost, when two are down.
+const (
+	Replicas          int16 = 3
+	MinInsyncReplicas int16 = 2
+)
+
+// Replication is the replication factor and min.insync.replicas of the
+// topics on a cluster of brokers brokers: Replicas and MinInsyncReplicas,
+// or as many copies as there are brokers (and all of them in sync) on a
+// smaller one such as the dev stack's or compose's single broker.
+func Replication(brokers int) (replicas, minInsync int16) {
+	if brokers >= int(Replicas) {
+		return Replicas, MinInsyncReplicas
+	}
+	n := int16(max(brokers, 1))
+	return n, n
 }
 
 // AllTopics is every topic of EventTopics and their dead-letter topics,

@@ -26,3 +26,22 @@ func TestTopicListMatchesWorkflows(t *testing.T) {
 		t.Errorf("AllTopics has %d topics, want %d", n, 2*len(EventTopics))
 	}
 }
+
+// TestReplication: a small cluster keeps every copy in sync; from Replicas
+// brokers on, one broker may be lost without refusing acks=all writes.
+func TestReplication(t *testing.T) {
+	for _, tc := range []struct {
+		brokers             int
+		replicas, minInsync int16
+	}{
+		{0, 1, 1}, {1, 1, 1}, {2, 2, 2}, {3, 3, 2}, {5, 3, 2},
+	} {
+		r, m := Replication(tc.brokers)
+		if r != tc.replicas || m != tc.minInsync {
+			t.Errorf("Replication(%d) = %d, %d; want %d, %d", tc.brokers, r, m, tc.replicas, tc.minInsync)
+		}
+		if m > r {
+			t.Errorf("Replication(%d): min.insync.replicas %d above the replication factor %d", tc.brokers, m, r)
+		}
+	}
+}
