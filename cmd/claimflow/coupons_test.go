@@ -314,8 +314,8 @@ func TestCoupons(t *testing.T) {
 		}
 		// Later attempts, by the owner or anyone else.
 		c.must("POST", "/v1/coupons/"+couponID+"/use", map[string]any{"user_id": "u-fifty"}, http.StatusConflict)
-		other := c.must("POST", "/v1/coupons/"+couponID+"/use", map[string]any{"user_id": "u-other"}, http.StatusForbidden)
-		if errorCode(other) != "not_owner" {
+		other := c.must("POST", "/v1/coupons/"+couponID+"/use", map[string]any{"user_id": "u-other"}, http.StatusNotFound)
+		if errorCode(other) != "coupon_not_found" {
 			t.Fatalf("another user's use: %v", other)
 		}
 	})
