@@ -82,17 +82,7 @@ func (s *server) createVendor(c *gin.Context) {
 	c.JSON(http.StatusCreated, got)
 }
 
-func validName(c *gin.Context, name *string) bool {
-	switch {
-	case name == nil || strings.TrimSpace(*name) == "":
-		writeError(c, http.StatusBadRequest, "missing_field", "name is required", "name")
-		return false
-	case len(*name) > 200:
-		writeError(c, http.StatusBadRequest, "invalid_field", "name must be at most 200 bytes", "name")
-		return false
-	}
-	return true
-}
+func validName(c *gin.Context, name *string) bool { return validText(c, "name", name) }
 
 func (s *server) getVendor(c *gin.Context) {
 	got, ok := loadOwned(s, c, s.loadVendor)
