@@ -508,7 +508,7 @@ func TestCoupons(t *testing.T) {
 			status       int
 			code, field  string
 		}{
-			{"POST", "/v1/coupons/" + couponID + "/use", map[string]any{"user_id": "bob"}, 403, "not_owner", ""},
+			{"POST", "/v1/coupons/" + couponID + "/use", map[string]any{"user_id": "bob"}, 404, "coupon_not_found", "coupon_id"},
 			{"POST", "/v1/coupons/nope/use", map[string]any{"user_id": "ann"}, 404, "coupon_not_found", "coupon_id"},
 			{"POST", "/v1/coupons/" + couponID + "/use", map[string]any{"user": "ann"}, 400, "unknown_field", "user"},
 			{"POST", "/v1/coupons/" + couponID + "/use", map[string]any{"user_id": "ann", "order_id": "a b"}, 400, "invalid_field", "order_id"},
