@@ -143,7 +143,7 @@ func (m *matrix) newCoupon(t *testing.T) string {
 // noRun asserts that Temporal has no run under workflowID.
 func noRun(t *testing.T, s *stack, workflowID string) {
 	t.Helper()
-	_, err := s.Client.DescribeWorkflowExecution(context.Background(), workflowID, "")
+	_, err := s.Client.DescribeWorkflow(context.Background(), workflowID, "")
 	var nf *serviceerror.NotFound
 	if !errors.As(err, &nf) {
 		t.Fatalf("a run %s exists (describe: %v); the request should have been answered before any run started", workflowID, err)
@@ -152,11 +152,11 @@ func noRun(t *testing.T, s *stack, workflowID string) {
 
 func runIDOf(t *testing.T, s *stack, workflowID string) string {
 	t.Helper()
-	d, err := s.Client.DescribeWorkflowExecution(context.Background(), workflowID, "")
+	d, err := s.Client.DescribeWorkflow(context.Background(), workflowID, "")
 	if err != nil {
 		t.Fatalf("describe %s: %v", workflowID, err)
 	}
-	return d.GetWorkflowExecutionInfo().GetExecution().GetRunId()
+	return d.RawResponse.GetWorkflowExecutionInfo().GetExecution().GetRunId()
 }
 
 func TestAuthzMatrix(t *testing.T) {
