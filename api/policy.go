@@ -80,12 +80,17 @@ type ownerRule struct {
 	// notFound and what make the 404 that a missing ID and a non-owner
 	// both get.
 	notFound, what string
+	// who says who the owner is, for docs/security.md's table.
+	who string
 }
 
 var ownerRules = map[string]ownerRule{
-	ownerEnrollment: {lookup: store.EnrollmentOwner, notFound: "enrollment_not_found", what: "enrollment"},
-	ownerCoupon:     {lookup: store.CouponOwner, notFound: string(workflows.RefusalCouponNotFound), what: "coupon"},
-	ownerVendor:     {role: RoleVendor, lookup: store.VendorOwner, notFound: "vendor_not_found", what: "vendor"},
+	ownerEnrollment: {lookup: store.EnrollmentOwner, notFound: "enrollment_not_found", what: "enrollment",
+		who: "the enrollment's student"},
+	ownerCoupon: {lookup: store.CouponOwner, notFound: string(workflows.RefusalCouponNotFound), what: "coupon",
+		who: "the coupon's user"},
+	ownerVendor: {role: RoleVendor, lookup: store.VendorOwner, notFound: "vendor_not_found", what: "vendor",
+		who: "the vendor itself (role `vendor`, `sub` = the vendor's ID)"},
 }
 
 // owns reports whether p may read or act on a resource of owner.
