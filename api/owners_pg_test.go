@@ -38,35 +38,37 @@ func pgTestAPI(t testing.TB, db *pgxpool.Pool) *testAPI {
 // owned are rows of one owner (student/user <p>s-1, vendor <p>v), made
 // with SQL so that no run is involved.
 type owned struct {
-	student, other, vendor                    string
-	course, couponType                        string
-	enrollment, cancelled, coupon, usedCoupon string
+	student, other, vendor                     string
+	course, couponType                         string
+	enrollment, cancelled, coupon, otherCoupon string
 }
 
 func ownedRows(ctx context.Context, t *testing.T, db *pgxpool.Pool, p string) owned {
 	t.Helper()
 	o := owned{student: p + "s-1", other: p + "s-2", vendor: p + "v", course: p + "c", couponType: p + "ct",
-		enrollment: p + "enr", cancelled: p + "enr-cancelled", coupon: p + "k", usedCoupon: p + "k-other"}
-	for _, q := range []struct {
-		sql  string
-		args []any
-	}{
-		{`INSERT INTO courses (id, title, capacity, enrolled) VALUES ($1, 'c', 5, 1)`, []any{o.course}},
-		{`INSERT INTO enrollments (id, course_id, student_id, status, workflow_id, run_id, requested_at, recorded_at, confirmed_at)
-		  VALUES ($1, $2, $3, 'confirmed', 'enrollment-x', 'run-1', now(), now(), now())`, []any{o.enrollment, o.course, o.student}},
-		{`INSERT INTO enrollments (id, course_id, student_id, status, workflow_id, run_id, requested_at, recorded_at, confirmed_at, cancelled_at)
-		  VALUES ($1, $2, $3, 'cancelled', 'enrollment-y', 'run-2', now(), now(), now(), now())`, []any{o.cancelled, o.course, o.student}},
-		{`INSERT INTO vendors (id, name) VALUES ($1, 'v')`, []any{o.vendor}},
-		{`INSERT INTO coupon_types (id, vendor_id, name, stock, issued, payout_cents) VALUES ($1, $2, 't', 5, 2, 100)`, []any{o.couponType, o.vendor}},
-		{`INSERT INTO coupons (id, type_id, user_id, status, workflow_id, run_id, requested_at, issued_at)
-		  VALUES ($1, $2, $3, 'issued', 'issue-x', 'run-3', now(), now())`, []any{o.coupon, o.couponType, o.student}},
-		{`INSERT INTO coupons (id, type_id, user_id, status, workflow_id, run_id, requested_at, issued_at)
-		  VALUES ($1, $2, $3, 'issued', 'issue-y', 'run-4', now(), now())`, []any{o.usedCoupon, o.couponType, o.other}},
-	} {
-		if _, err := db.Exec(ctx, q.sql, q.args...); err != nil {
-			t.Fatalf("%s: %v", q.sql, err)
+		enrollment: p + "enr", cancelled: p + "enr-cancelled", coupon: p + "k", otherCoupon: p + "k-other"}
+	must := func(_ any, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("fixture: %v", err)
 		}
 	}
+	must(db.Exec(ctx, `INSERT INTO courses (id, title, capacity, enrolled) VALUES ($1, 'c', 5, 1)`, o.course))
+	must(db.Exec(ctx, `
+		INSERT INTO enrollments (id, course_id, student_id, status, workflow_id, run_id, requested_at, recorded_at, confirmed_at)
+		VALUES ($1, $2, $3, 'confirmed', 'enrollment-x', 'run-1', now(), now(), now())`, o.enrollment, o.course, o.student))
+	must(db.Exec(ctx, `
+		INSERT INTO enrollments (id, course_id, student_id, status, workflow_id, run_id, requested_at, recorded_at, confirmed_at, cancelled_at)
+		VALUES ($1, $2, $3, 'cancelled', 'enrollment-y', 'run-2', now(), now(), now(), now())`, o.cancelled, o.course, o.student))
+	must(db.Exec(ctx, `INSERT INTO vendors (id, name) VALUES ($1, 'v')`, o.vendor))
+	must(db.Exec(ctx, `INSERT INTO coupon_types (id, vendor_id, name, stock, issued, payout_cents) VALUES ($1, $2, 't', 5, 2, 100)`,
+		o.couponType, o.vendor))
+	must(db.Exec(ctx, `
+		INSERT INTO coupons (id, type_id, user_id, status, workflow_id, run_id, requested_at, issued_at)
+		VALUES ($1, $2, $3, 'issued', 'issue-x', 'run-3', now(), now())`, o.coupon, o.couponType, o.student))
+	must(db.Exec(ctx, `
+		INSERT INTO coupons (id, type_id, user_id, status, workflow_id, run_id, requested_at, issued_at)
+		VALUES ($1, $2, $3, 'issued', 'issue-y', 'run-4', now(), now())`, o.otherCoupon, o.couponType, o.other))
 	return o
 }
 
