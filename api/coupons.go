@@ -266,9 +266,9 @@ func (s *server) useCoupon(c *gin.Context) {
 	// a coupon that is not the user's is answered as a missing one. The
 	// rest of admission (already_used, revoked) is the run's to decide:
 	// the read below only names the coupon's type and vendor in the run's
-	// search attributes. Concurrent uses of one coupon, from this API or another
-	// replica, meet in its running run (USE_EXISTING below) and only one
-	// takes it (MarkCouponUsed's conditional UPDATE). Where concurrent
+	// search attributes. Concurrent uses of one coupon, from this API or
+	// another replica, meet in its running run (USE_EXISTING below) and only
+	// one takes it (MarkCouponUsed's conditional UPDATE). Where concurrent
 	// updates of one run trip temporalio/temporal#7741 (an update left
 	// unanswered until its deadline), the request gets 503 with
 	// Retry-After; a retry carries a new use ID and is told the outcome.
