@@ -18,6 +18,10 @@ import (
 // may only enroll, cancel and use coupons as its own subject.
 const RoleAdmin = "admin"
 
+// RoleVendor marks a vendor's token: with sub = the vendor's ID it may read
+// its own vendor record (balance and payouts). Otherwise it is a student.
+const RoleVendor = "vendor"
+
 // Principal is who a request acts as: the token's sub and role claims.
 type Principal struct {
 	Subject string
@@ -219,6 +223,11 @@ func principalOf(c *gin.Context) Principal {
 // or user named by field: admins may act for anyone, a student only for
 // itself. It answers 403 otherwise.
 func (s *server) mayActFor(c *gin.Context, field, owner string) bool {
+	if acts := policyOf(c.Request.Method, c.FullPath()).actsAs; acts != field {
+		s.internalError(c, fmt.Errorf("%s %s checks that %s is the subject, but routePolicies says actsAs %q",
+			c.Request.Method, c.FullPath(), field, acts))
+		return false
+	}
 	p := principalOf(c)
 	if p.Admin() || (p.Subject != "" && p.Subject == owner) {
 		return true

@@ -27,7 +27,7 @@ var couponRefusalStatus = map[workflows.Refusal]int{
 	workflows.RefusalAlreadyIssued:      http.StatusConflict,
 	workflows.RefusalCouponTypeNotFound: http.StatusNotFound,
 	workflows.RefusalCouponNotFound:     http.StatusNotFound,
-	workflows.RefusalNotOwner:           http.StatusForbidden,
+	workflows.RefusalNotOwner:           http.StatusNotFound, // answered as coupon_not_found
 	workflows.RefusalAlreadyUsed:        http.StatusConflict,
 	workflows.RefusalCouponRevoked:      http.StatusConflict,
 	workflows.RefusalPayoutDeclined:     http.StatusPaymentRequired,
@@ -82,20 +82,10 @@ func (s *server) createVendor(c *gin.Context) {
 	c.JSON(http.StatusCreated, got)
 }
 
-func validName(c *gin.Context, name *string) bool {
-	switch {
-	case name == nil || strings.TrimSpace(*name) == "":
-		writeError(c, http.StatusBadRequest, "missing_field", "name is required", "name")
-		return false
-	case len(*name) > 200:
-		writeError(c, http.StatusBadRequest, "invalid_field", "name must be at most 200 bytes", "name")
-		return false
-	}
-	return true
-}
+func validName(c *gin.Context, name *string) bool { return validText(c, "name", name) }
 
 func (s *server) getVendor(c *gin.Context) {
-	got, ok := loadByID(s, c, "vendor_not_found", "vendor", s.loadVendor)
+	got, ok := loadOwned(s, c, s.loadVendor)
 	if !ok {
 		return
 	}
@@ -272,14 +262,25 @@ func (s *server) useCoupon(c *gin.Context) {
 	if req.OrderID != "" && !validID(c, "order_id", req.OrderID) {
 		return
 	}
-	// Admission (not_owner, already_used, revoked) is the run's to decide:
-	// this read only names the coupon's type and vendor in the run's search
-	// attributes. Concurrent uses of one coupon, from this API or another
-	// replica, meet in its running run (USE_EXISTING below) and only one
-	// takes it (MarkCouponUsed's conditional UPDATE). Where concurrent
+	// Ownership is decided here, from the database, before any run starts:
+	// a coupon that is not the user's is answered as a missing one. The
+	// rest of admission (already_used, revoked) is the run's to decide:
+	// the read below only names the coupon's type and vendor in the run's
+	// search attributes. Concurrent uses of one coupon, from this API or
+	// another replica, meet in its running run (USE_EXISTING below) and only
+	// one takes it (MarkCouponUsed's conditional UPDATE). Where concurrent
 	// updates of one run trip temporalio/temporal#7741 (an update left
 	// unanswered until its deadline), the request gets 503 with
 	// Retry-After; a retry carries a new use ID and is told the outcome.
+	owner, ok := s.authorizeOwner(c, "coupon_id", couponID)
+	if !ok {
+		return
+	}
+	if owner != req.UserID {
+		// An admin acting for someone who does not hold the coupon.
+		ownerRules[ownerCoupon].notFoundAnswer(c, "coupon_id")
+		return
+	}
 	current, err := s.loadCoupon(c, couponID)
 	if errors.Is(err, pgx.ErrNoRows) {
 		writeError(c, http.StatusNotFound, string(workflows.RefusalCouponNotFound), "no coupon with this id", "coupon_id")
@@ -350,6 +351,12 @@ func (s *server) useCoupon(c *gin.Context) {
 }
 
 func answerUseRefusal(c *gin.Context, couponID string, d workflows.CouponDecision) {
+	if d.Refusal == workflows.RefusalNotOwner {
+		// The handler's owner check answers this before a run starts; should
+		// a run still say it, the answer is the same: no such coupon.
+		ownerRules[ownerCoupon].notFoundAnswer(c, "coupon_id")
+		return
+	}
 	body := refusalBody(d)
 	body["coupon_id"] = couponID
 	if d.Refusal == workflows.RefusalPayoutDeclined || d.Refusal == workflows.RefusalPayoutFailed {
@@ -379,7 +386,7 @@ func (s *server) decideCoupon(c *gin.Context, start client.WithStartWorkflowOper
 }
 
 func (s *server) getCoupon(c *gin.Context) {
-	got, ok := loadByID(s, c, string(workflows.RefusalCouponNotFound), "coupon", s.loadCoupon)
+	got, ok := loadOwned(s, c, s.loadCoupon)
 	if !ok {
 		return
 	}

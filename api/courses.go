@@ -29,16 +29,10 @@ func (s *server) createCourse(c *gin.Context) {
 	if req.ID == "" {
 		req.ID = "c-" + strings.ReplaceAll(uuid.NewString(), "-", "")[:12]
 	}
-	if !validID(c, "id", req.ID) {
+	if !validID(c, "id", req.ID) || !validText(c, "title", req.Title) {
 		return
 	}
 	switch {
-	case req.Title == nil || strings.TrimSpace(*req.Title) == "":
-		writeError(c, http.StatusBadRequest, "missing_field", "title is required", "title")
-		return
-	case len(*req.Title) > 200:
-		writeError(c, http.StatusBadRequest, "invalid_field", "title must be at most 200 bytes", "title")
-		return
 	case req.Capacity == nil:
 		writeError(c, http.StatusBadRequest, "missing_field", "capacity is required", "capacity")
 		return

@@ -9,7 +9,6 @@ import (
 
 	"github.com/gin-gonic/gin"
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
@@ -171,7 +170,7 @@ func (s *server) awaitSettled(c *gin.Context, id string) (enrollment, error) {
 }
 
 func (s *server) getEnrollment(c *gin.Context) {
-	got, ok := loadByID(s, c, "enrollment_not_found", "enrollment", s.loadEnrollment)
+	got, ok := loadOwned(s, c, s.loadEnrollment)
 	if !ok {
 		return
 	}
@@ -188,16 +187,21 @@ func (s *server) cancelEnrollment(c *gin.Context) {
 	if !validID(c, "id", id) {
 		return
 	}
-	current, err := s.loadEnrollment(c, id)
-	if errors.Is(err, pgx.ErrNoRows) {
-		writeError(c, http.StatusNotFound, "enrollment_not_found", "no enrollment with this id", "id")
+	// Only the enrollment's student (or an admin) may cancel it; anyone
+	// else hears enrollment_not_found, decided here before any run starts.
+	if _, ok := s.authorizeOwner(c, "id", id); !ok {
 		return
 	}
+	current, err := s.loadEnrollment(c.Request.Context(), id)
 	if err != nil {
 		s.internalError(c, err)
 		return
 	}
-	if !s.mayActFor(c, "student_id", current.StudentID) {
+	if current.Status == string(workflows.StatusCancelled) {
+		// Final: the answer is the row, as the run would give it, without
+		// starting one.
+		current.WorkflowURL = s.runURL(current.WorkflowID, current.RunID)
+		c.JSON(http.StatusOK, current)
 		return
 	}
 	workflowID := workflows.CancellationWorkflowID(id)

@@ -62,21 +62,16 @@ func (s *server) listed(c *gin.Context, key string, items any, next string, err 
 	}
 }
 
-// ownerOrAdmin lets the subject read its own list, and an admin anyone's;
-// anyone else is told there is no such owner, as for a missing one, so
-// IDs cannot be probed.
-func ownerOrAdmin(c *gin.Context, owner, notFound, what string) bool {
-	p := principalOf(c)
-	if p.Admin() || (p.Subject != "" && p.Subject == owner) {
-		return true
-	}
-	writeError(c, http.StatusNotFound, notFound, "no "+what+" with this id", "id")
-	return false
+// owned lets the subject the path names, and an admin, read its list;
+// anyone else is answered as for a missing owner (the route's owner rule).
+func (s *server) owned(c *gin.Context, id string) bool {
+	_, ok := s.authorizeOwner(c, "id", id)
+	return ok
 }
 
 func (s *server) listStudentEnrollments(c *gin.Context) {
 	id := c.Param("id")
-	if !validID(c, "id", id) || !ownerOrAdmin(c, id, "student_not_found", "student") {
+	if !validID(c, "id", id) || !s.owned(c, id) {
 		return
 	}
 	status, ok := readStatus(c, store.EnrollmentStatuses)
@@ -124,7 +119,7 @@ func (s *server) listRoster(c *gin.Context) {
 
 func (s *server) listUserCoupons(c *gin.Context) {
 	id := c.Param("id")
-	if !validID(c, "id", id) || !ownerOrAdmin(c, id, "user_not_found", "user") {
+	if !validID(c, "id", id) || !s.owned(c, id) {
 		return
 	}
 	status, ok := readStatus(c, store.CouponStatuses)
@@ -141,7 +136,7 @@ func (s *server) listUserCoupons(c *gin.Context) {
 
 func (s *server) listNotifications(c *gin.Context) {
 	id := c.Param("id")
-	if !validID(c, "id", id) || !ownerOrAdmin(c, id, "user_not_found", "user") {
+	if !validID(c, "id", id) || !s.owned(c, id) {
 		return
 	}
 	unread := false
@@ -162,16 +157,19 @@ func (s *server) listNotifications(c *gin.Context) {
 }
 
 // readNotification marks one notification read: the recipient's own, or
-// any for an admin; someone else's is 404 like a missing one.
+// any for an admin; someone else's is 404 like a missing one (the owner
+// rule decides before anything changes).
 func (s *server) readNotification(c *gin.Context) {
-	id, err := strconv.ParseInt(c.Param("id"), 10, 64)
-	if err != nil || id < 1 {
-		writeError(c, http.StatusBadRequest, "invalid_field", "id must be a notification's numeric id", "id")
+	// A malformed ID names no notification: the owner rule answers it as
+	// a missing one.
+	recipient, ok := s.authorizeOwner(c, "id", c.Param("id"))
+	if !ok {
 		return
 	}
-	recipient := principalOf(c).Subject
-	if principalOf(c).Admin() {
-		recipient = ""
+	id, err := strconv.ParseInt(c.Param("id"), 10, 64)
+	if err != nil {
+		s.internalError(c, err)
+		return
 	}
 	item, found, err := store.MarkRead(c, s.DB, recipient, id)
 	switch {
@@ -192,7 +190,7 @@ type markAllRequest struct {
 
 func (s *server) readAllNotifications(c *gin.Context) {
 	id := c.Param("id")
-	if !validID(c, "id", id) || !ownerOrAdmin(c, id, "user_not_found", "user") {
+	if !validID(c, "id", id) || !s.owned(c, id) {
 		return
 	}
 	var req markAllRequest

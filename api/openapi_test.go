@@ -16,6 +16,9 @@ type openAPIOperation struct {
 	RequestBody  map[string]any             `json:"requestBody"`
 	Responses    map[string]json.RawMessage `json:"responses"`
 	RequiredRole string                     `json:"x-required-role"`
+	Owner        string                     `json:"x-owner"`
+	ActsAs       string                     `json:"x-acts-as"`
+	Catalogue    bool                       `json:"x-catalogue"`
 }
 
 type openAPIDoc struct {
@@ -76,8 +79,9 @@ func TestOpenAPIMatchesRouter(t *testing.T) {
 	}
 }
 
-// TestRoutePolicies: every /v1 route has a policy, and the document says
-// the same about it (token, admin, 429).
+// TestRoutePolicies: every /v1 route has a policy that says who may call
+// it, and the document says the same about it (token, admin, catalogue,
+// owner, acts-as, 403/404/429).
 func TestRoutePolicies(t *testing.T) {
 	doc := loadOpenAPI(t)
 	if s := doc.Components.SecuritySchemes["bearerAuth"]; s.Type != "http" || s.Scheme != "bearer" || s.BearerFormat != "JWT" {
@@ -108,7 +112,29 @@ func TestRoutePolicies(t *testing.T) {
 		if (op.RequiredRole == RoleAdmin) != p.admin {
 			t.Errorf("%s: x-required-role %q, policy admin=%v", key, op.RequiredRole, p.admin)
 		}
-		for code, want := range map[string]bool{"401": true, "403": p.admin, "429": p.write || p.claim,
+		if op.Owner != p.owner || op.ActsAs != p.actsAs || op.Catalogue != p.catalogue {
+			t.Errorf("%s: the document says x-owner %q, x-acts-as %q, x-catalogue %v; the policy %q, %q, %v",
+				key, op.Owner, op.ActsAs, op.Catalogue, p.owner, p.actsAs, p.catalogue)
+		}
+		// Exactly one answer to "who may": admins only, anyone (catalogue),
+		// or the owner / the subject itself.
+		kinds := 0
+		for _, set := range []bool{p.admin, p.catalogue, p.owner != "" || p.actsAs != ""} {
+			if set {
+				kinds++
+			}
+		}
+		if kinds != 1 {
+			t.Errorf("%s: policy %+v must be exactly one of admin, catalogue, owner/actsAs", key, p)
+		}
+		if _, ok := ownerRules[p.owner]; p.owner != "" && !ok {
+			t.Errorf("%s: owner rule %q is not in ownerRules", key, p.owner)
+		}
+		if p.catalogue && r.Method != http.MethodGet {
+			t.Errorf("%s: only reads can be catalogue reads", key)
+		}
+		for code, want := range map[string]bool{"401": true, "403": p.admin || p.actsAs != "", "404": p.owner != "",
+			"429": p.write || p.claim,
 			"413": op.RequestBody != nil, "415": op.RequestBody != nil} {
 			if _, has := op.Responses[code]; want && !has {
 				t.Errorf("%s: the document lists no %s answer", key, code)

@@ -314,8 +314,8 @@ func TestCoupons(t *testing.T) {
 		}
 		// Later attempts, by the owner or anyone else.
 		c.must("POST", "/v1/coupons/"+couponID+"/use", map[string]any{"user_id": "u-fifty"}, http.StatusConflict)
-		other := c.must("POST", "/v1/coupons/"+couponID+"/use", map[string]any{"user_id": "u-other"}, http.StatusForbidden)
-		if errorCode(other) != "not_owner" {
+		other := c.must("POST", "/v1/coupons/"+couponID+"/use", map[string]any{"user_id": "u-other"}, http.StatusNotFound)
+		if errorCode(other) != "coupon_not_found" {
 			t.Fatalf("another user's use: %v", other)
 		}
 	})
@@ -508,7 +508,7 @@ func TestCoupons(t *testing.T) {
 			status       int
 			code, field  string
 		}{
-			{"POST", "/v1/coupons/" + couponID + "/use", map[string]any{"user_id": "bob"}, 403, "not_owner", ""},
+			{"POST", "/v1/coupons/" + couponID + "/use", map[string]any{"user_id": "bob"}, 404, "coupon_not_found", "coupon_id"},
 			{"POST", "/v1/coupons/nope/use", map[string]any{"user_id": "ann"}, 404, "coupon_not_found", "coupon_id"},
 			{"POST", "/v1/coupons/" + couponID + "/use", map[string]any{"user": "ann"}, 400, "unknown_field", "user"},
 			{"POST", "/v1/coupons/" + couponID + "/use", map[string]any{"user_id": "ann", "order_id": "a b"}, 400, "invalid_field", "order_id"},

@@ -22,7 +22,13 @@ var (
 	newTelemetry  = services.NewTelemetry
 )
 
-// mintToken signs a token for the local stack with no issuer or audience.
+// The issuer and audience the test stack requires (startTestStack).
+const (
+	testIssuer   = "claimflow-test-issuer"
+	testAudience = "claimflow-test"
+)
+
+// mintToken signs a token for the test stack, with its issuer and audience.
 func mintToken(secret, sub, role string, ttl time.Duration) (string, error) {
-	return api.SignHS256(secret, sub, role, ttl, "", "")
+	return api.SignHS256(secret, sub, role, ttl, testIssuer, testAudience)
 }

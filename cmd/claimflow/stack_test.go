@@ -73,6 +73,8 @@ func startTestStack(t *testing.T, o stackOptions) *stack {
 		t.Fatal(err)
 	}
 	cfg.LogLevel = slog.LevelWarn
+	// The test stack checks iss and aud as production must; mintToken puts them in.
+	cfg.Security.Issuer, cfg.Security.Audience = testIssuer, testAudience
 	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()

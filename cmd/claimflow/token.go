@@ -24,11 +24,11 @@ var subjectPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
 func runToken(_ context.Context, cfg appconfig.Config, _ *slog.Logger, args []string, stdout io.Writer) error {
 	flags := flag.NewFlagSet("token", flag.ContinueOnError)
 	sub := flags.String("sub", "", "the token's subject: the student or user ID it acts as (required)")
-	role := flags.String("role", "", "admin for an operator (create courses, vendors, coupon types; dead letters; act for anyone); empty for a student")
+	role := flags.String("role", "", "admin for an operator (create courses, vendors, coupon types; dead letters; act for anyone); vendor for a vendor reading its own record (--sub = the vendor's ID); empty for a student")
 	ttl := flags.Duration("ttl", time.Hour, "lifetime of the token")
 	dataDir := flags.String("data-dir", ".claimflow", "the 'claimflow dev' data dir whose jwt-secret signs the token when JWT_SECRET is unset")
 	flags.Usage = func() {
-		fmt.Fprintln(flags.Output(), "usage: claimflow token --sub ID [--role admin] [--ttl 1h] [--data-dir .claimflow]\n\n"+
+		fmt.Fprintln(flags.Output(), "usage: claimflow token --sub ID [--role admin|vendor] [--ttl 1h] [--data-dir .claimflow]\n\n"+
 			"Prints an HS256 token for the local stack, signed with JWT_SECRET or <data-dir>/jwt-secret\n"+
 			"(written by 'claimflow dev' on its first run). JWT_ISSUER and JWT_AUDIENCE, when set, go into it.")
 		flags.PrintDefaults()
@@ -42,8 +42,8 @@ func runToken(_ context.Context, cfg appconfig.Config, _ *slog.Logger, args []st
 	if !subjectPattern.MatchString(*sub) {
 		return errors.New("--sub is required: 1-64 letters, digits, '_', '.' or '-', starting with a letter or digit")
 	}
-	if *role != "" && *role != api.RoleAdmin {
-		return fmt.Errorf("--role must be %s or empty (a student), got %q", api.RoleAdmin, *role)
+	if *role != "" && *role != api.RoleAdmin && *role != api.RoleVendor {
+		return fmt.Errorf("--role must be %s, %s or empty (a student), got %q", api.RoleAdmin, api.RoleVendor, *role)
 	}
 	if cfg.Security.AuthMode == appconfig.AuthJWKS {
 		return errors.New("AUTH_MODE=jwks: tokens come from your identity provider, not from claimflow")

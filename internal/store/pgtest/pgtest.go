@@ -119,8 +119,9 @@ func start(ctx context.Context) error {
 
 // DB returns a pool on the migrated database, and a prefix unique to the
 // test for the IDs it creates, so tests never see each other's rows. It
-// skips the test under -short only.
-func DB(t *testing.T) (*pgxpool.Pool, string) {
+// skips the test under -short only. A fuzz target may call it with its
+// *testing.F.
+func DB(t testing.TB) (*pgxpool.Pool, string) {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("contends the database guards on a private PostgreSQL cluster; skipped under -short")
