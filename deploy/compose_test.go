@@ -36,7 +36,7 @@ const (
 	clusterProfile   = "kafka-cluster"
 	brokersOverride  = "CLAIMFLOW_KAFKA_BROKERS"
 	appDockerfile    = "deploy/Dockerfile"
-	postgresInitSQL  = "postgres/init.sql"
+	postgresInitSQL  = "postgres/init.sh"
 	prometheusConfig = "prometheus/prometheus.yml"
 )
 
@@ -70,6 +70,7 @@ func loadCompose(t *testing.T, profiles []string, env map[string]string) *types.
 	if details.Environment == nil {
 		details.Environment = types.Mapping{}
 	}
+	withDBPasswords(details.Environment) // compose_roles_test.go
 	p, err := loader.LoadWithContext(context.Background(), details, func(o *loader.Options) {
 		o.ResolvePaths = true
 		o.Profiles = profiles
@@ -539,6 +540,9 @@ func TestComposeDatabaseURLIsNotSuperuser(t *testing.T) {
 	}
 	for svc, s := range appServices(t, p) {
 		raw, ok := envValue(s, "DATABASE_URL")
+		if m, isMigrate := envValue(s, "MIGRATE_DATABASE_URL"); isMigrate {
+			raw, ok = m, true
+		}
 		if !ok {
 			t.Errorf("%s: no DATABASE_URL", svc)
 			continue
@@ -558,7 +562,7 @@ func TestComposeDatabaseURLIsNotSuperuser(t *testing.T) {
 		if _, ok := p.Services[u.Hostname()]; !ok {
 			t.Errorf("%s: DATABASE_URL host %q is not a service", svc, u.Hostname())
 		}
-		// The role must be created by init.sql, explicitly without superuser.
+		// The role must be created by init.sh, explicitly without superuser.
 		stmt := regexp.MustCompile(`(?is)CREATE\s+ROLE\s+` + regexp.QuoteMeta(user) + `\b[^;]*;`).Find(initSQL)
 		switch {
 		case stmt == nil:
