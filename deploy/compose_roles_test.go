@@ -24,6 +24,7 @@ import (
 
 	"github.com/compose-spec/compose-go/v2/loader"
 	"github.com/compose-spec/compose-go/v2/types"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"go.yaml.in/yaml/v4"
 
@@ -227,6 +228,62 @@ func TestPostgresInitHoldsNoPassword(t *testing.T) {
 	}
 }
 
+// psqlSubset runs the SQL that init.sh hands psql the way psql would, for
+// machines without a PostgreSQL client: the --set variables from the
+// environment, :'name' as a quoted literal, \connect, and statements ending
+// in ";" at the end of a line.
+func psqlSubset(ctx context.Context, t *testing.T, superURL string, env map[string]string) {
+	t.Helper()
+	b, err := os.ReadFile(postgresInitScript)
+	if err != nil {
+		t.Fatal(err)
+	}
+	script := string(b)
+	vars := map[string]string{}
+	for _, m := range regexp.MustCompile(`--set (\w+)="\$(\w+)"`).FindAllStringSubmatch(script, -1) {
+		vars[m[1]] = env[m[2]]
+	}
+	_, body, ok := strings.Cut(script, "<<'SQL'\n")
+	body, _, ok2 := strings.Cut(body, "\nSQL\n")
+	if !ok || !ok2 || len(vars) < 3 {
+		t.Fatalf("%s: no psql heredoc with its --set variables to run", postgresInitScript)
+	}
+	u, err := url.Parse(superURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conn *pgx.Conn
+	connect := func(db string) {
+		if conn != nil {
+			conn.Close(ctx)
+		}
+		u.Path = "/" + db
+		if conn, err = pgx.Connect(ctx, u.String()); err != nil {
+			t.Fatalf("\\connect %s: %v", db, err)
+		}
+	}
+	connect("postgres")
+	defer func() { conn.Close(ctx) }()
+	literal := regexp.MustCompile(`:'(\w+)'`)
+	var stmt strings.Builder
+	for _, line := range strings.Split(body, "\n") {
+		line, _, _ = strings.Cut(line, "--")
+		if db, ok := strings.CutPrefix(strings.TrimSpace(line), `\connect `); ok {
+			connect(strings.TrimSpace(db))
+			continue
+		}
+		stmt.WriteString(literal.ReplaceAllStringFunc(line, func(m string) string {
+			return "'" + strings.ReplaceAll(vars[m[2:len(m)-1]], "'", "''") + "'"
+		}) + "\n")
+		if strings.HasSuffix(strings.TrimSpace(line), ";") {
+			if _, err := conn.Exec(ctx, stmt.String()); err != nil {
+				t.Fatalf("%s: %v", strings.TrimSpace(stmt.String()), err)
+			}
+			stmt.Reset()
+		}
+	}
+}
+
 // k8sEnvVar is an env entry with where its value comes from.
 type k8sEnvVar struct {
 	Name      string `yaml:"name"`
@@ -336,17 +393,14 @@ func TestK8sDatabaseSecrets(t *testing.T) {
 	}
 }
 
-// TestPostgresInitScript runs deploy/postgres/init.sh with psql against a
-// private cluster as the image would, then migrates as the owner it
-// created and checks the runtime role it created: so the script, the
-// migration's grants and the roles the code expects fit together.
+// TestPostgresInitScript runs deploy/postgres/init.sh against a private
+// cluster as the image would (with psql; where no psql is installed, its
+// SQL through psqlSubset), then migrates as the owner it created and
+// checks the runtime role it created: so the script, the migration's
+// grants and the roles the code expects fit together.
 func TestPostgresInitScript(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a private PostgreSQL cluster; skipped under -short")
-	}
-	psql, err := exec.LookPath("psql")
-	if err != nil {
-		t.Skip("no psql on PATH to run the init script with")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -380,13 +434,20 @@ func TestPostgresInitScript(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.CommandContext(ctx, "sh", postgresInitScript)
-	cmd.Env = append(os.Environ(),
-		"PATH="+filepath.Dir(psql)+":"+os.Getenv("PATH"),
-		"PGHOST=127.0.0.1", fmt.Sprintf("PGPORT=%d", port), "POSTGRES_USER="+super.User.Username(),
-		"CLAIMFLOW_OWNER_PASSWORD=owner pw 'quoted'", "CLAIMFLOW_APP_PASSWORD=app-pw", "TEMPORAL_DB_PASSWORD=temporal-pw")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("sh %s: %v\n%s", postgresInitScript, err, out)
+	env := map[string]string{"CLAIMFLOW_OWNER_PASSWORD": "owner pw 'quoted'", "CLAIMFLOW_APP_PASSWORD": "app-pw", "TEMPORAL_DB_PASSWORD": "temporal-pw"}
+	if _, err := exec.LookPath("psql"); err == nil {
+		cmd := exec.CommandContext(ctx, "sh", postgresInitScript)
+		cmd.Env = append(os.Environ(),
+			"PGHOST=127.0.0.1", fmt.Sprintf("PGPORT=%d", port), "POSTGRES_USER="+super.User.Username())
+		for k, v := range env {
+			cmd.Env = append(cmd.Env, k+"="+v)
+		}
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("sh %s: %v\n%s", postgresInitScript, err, out)
+		}
+	} else {
+		t.Logf("no psql on PATH: running the script's SQL through psqlSubset")
+		psqlSubset(ctx, t, pg.URL, env)
 	}
 
 	asRole := func(role string) string {
