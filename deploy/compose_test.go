@@ -40,7 +40,7 @@ const (
 	demoEnvFile      = "demo.env"
 	brokersOverride  = "CLAIMFLOW_KAFKA_BROKERS"
 	appDockerfile    = "deploy/Dockerfile"
-	postgresInitSQL  = "postgres/init.sql"
+	postgresInitSQL  = "postgres/init.sh"
 	prometheusConfig = "prometheus/prometheus.yml"
 )
 
@@ -81,6 +81,7 @@ func loadComposeErr(t *testing.T, profiles []string, env map[string]string, skip
 		Environment: types.Mapping{},
 	}
 	maps.Copy(details.Environment, env)
+	withDBPasswords(details.Environment) // compose_roles_test.go
 	return loader.LoadWithContext(context.Background(), details, func(o *loader.Options) {
 		o.ResolvePaths = true
 		o.Profiles = profiles
@@ -574,7 +575,7 @@ var serviceNeeds = map[string][]string{
 	"api":      {"DATABASE_URL", "TEMPORAL_ADDRESS", "TEMPORAL_UI_URL", "KAFKA_BROKERS", "HTTP_ADDR"},
 	"worker":   {"DATABASE_URL", "TEMPORAL_ADDRESS", "KAFKA_BROKERS", "METRICS_ADDR", "VENDOR_PAYOUT_URL"},
 	"consumer": {"DATABASE_URL", "TEMPORAL_ADDRESS", "KAFKA_BROKERS", "METRICS_ADDR"},
-	"migrate":  {"DATABASE_URL"},
+	"migrate":  {"MIGRATE_DATABASE_URL", "DATABASE_RUNTIME_ROLE"},
 }
 
 // authVariables are read by the API alone; authConfigured checks them.
@@ -585,6 +586,8 @@ var authVariables = []string{"AUTH_MODE", "JWT_SECRET", "JWKS_URL", "JWT_ISSUER"
 // be set in compose or added here.
 var composeDefaulted = map[string]string{
 	"TEMPORAL_CLI":           "only 'claimflow dev' runs a Temporal CLI",
+	"MIGRATE_DATABASE_URL":   "only the migrate service migrates (as the owner); the others never do",
+	"DATABASE_RUNTIME_ROLE":  "read by migrate alone, to grant the runtime role its privileges",
 	"LOG_FORMAT":             "json, what a log collector reads",
 	"RATE_LIMIT_PER_SUBJECT": "the default is the production limit",
 	"RATE_LIMIT_BURST":       "the default is the production limit",
@@ -1044,6 +1047,9 @@ func TestComposeDatabaseURLIsNotSuperuser(t *testing.T) {
 	}
 	for svc, s := range appServices(t, p) {
 		raw, ok := envValue(s, "DATABASE_URL")
+		if m, isMigrate := envValue(s, "MIGRATE_DATABASE_URL"); isMigrate {
+			raw, ok = m, true
+		}
 		if !ok {
 			t.Errorf("%s: no DATABASE_URL", svc)
 			continue
@@ -1063,7 +1069,7 @@ func TestComposeDatabaseURLIsNotSuperuser(t *testing.T) {
 		if _, ok := p.Services[u.Hostname()]; !ok {
 			t.Errorf("%s: DATABASE_URL host %q is not a service", svc, u.Hostname())
 		}
-		// The role must be created by init.sql, explicitly without superuser.
+		// The role must be created by init.sh, explicitly without superuser.
 		stmt := regexp.MustCompile(`(?is)CREATE\s+ROLE\s+` + regexp.QuoteMeta(user) + `\b[^;]*;`).Find(initSQL)
 		switch {
 		case stmt == nil:

@@ -88,8 +88,15 @@ func runCapacity(ctx context.Context, env benchEnv, log *slog.Logger, args []str
 		return err
 	}
 	defer pool.Close()
+	// The peer creates its own tables: as the schema owner, since the
+	// services' runtime role has no DDL.
+	peerPool, err := store.Open(ctx, env.MigrateDatabaseURL, 64)
+	if err != nil {
+		return fmt.Errorf("the outbox peer's database (MIGRATE_DATABASE_URL): %w", err)
+	}
+	defer peerPool.Close()
 	o := r.opts
-	o.DB, o.Log = pool, log
+	o.DB, o.PeerDB, o.Log = pool, peerPool, log
 	token := r.token
 	if token == "" {
 		steps := (o.MaxRate-o.StartRate)/o.StepRate + 1

@@ -37,6 +37,10 @@ type benchEnv struct {
 	Audience  string
 	LogLevel  slog.Level
 	LogFormat string
+
+	// MigrateDatabaseURL is the schema owner's: the outbox peer creates
+	// its tables with it.
+	MigrateDatabaseURL string
 }
 
 // loadEnv reads the bench's settings through claimflow's own configuration
@@ -61,6 +65,8 @@ func loadEnv() (benchEnv, error) {
 		Audience:        cfg.Security.Audience,
 		LogLevel:        cfg.LogLevel,
 		LogFormat:       cfg.LogFormat,
+
+		MigrateDatabaseURL: cfg.MigrateDatabaseURL,
 	}, nil
 }
 

@@ -221,6 +221,16 @@ func runLoad(ctx context.Context, env benchEnv, log *slog.Logger, mode string, a
 	defer pool.Close()
 	o := r.opts
 	o.DB, o.Log = pool, log
+	if mode == "peer" || mode == "compare" {
+		// The peer creates its own tables: as the schema owner, since the
+		// services' runtime role has no DDL.
+		peerPool, err := store.Open(ctx, env.MigrateDatabaseURL, 64)
+		if err != nil {
+			return fmt.Errorf("the outbox peer's database (MIGRATE_DATABASE_URL): %w", err)
+		}
+		defer peerPool.Close()
+		o.PeerDB = peerPool
+	}
 	if err := o.Validate(); err != nil {
 		return err
 	}

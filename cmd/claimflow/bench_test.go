@@ -27,6 +27,7 @@ import (
 	"github.com/claimflow/claimflow/api"
 	"github.com/claimflow/claimflow/internal/bench"
 	"github.com/claimflow/claimflow/internal/services"
+	"github.com/claimflow/claimflow/internal/store"
 )
 
 func TestBenchQuick(t *testing.T) {
@@ -48,6 +49,11 @@ func TestBenchQuick(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pool.Close()
+	peerPool, err := store.Open(runCtx(t), s.Config.MigrateDatabaseURL, 64) // the peer creates its tables as the owner
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer peerPool.Close()
 	token, err := mintToken(s.Config.Security.JWTSecret, "claimflow-bench", api.RoleAdmin, time.Hour)
 	if err != nil {
 		t.Fatal(err)
@@ -57,7 +63,7 @@ func TestBenchQuick(t *testing.T) {
 		return bench.Options{
 			Scenario: sc, Courses: 5, Seats: 40, Students: 1_000_000,
 			Timeout: 60 * time.Second, MaxRetries: 3, DrainTimeout: time.Minute,
-			DB: pool, Kafka: services.KafkaConfig(s.Config, "claimflow-bench"),
+			DB: pool, PeerDB: peerPool, Kafka: services.KafkaConfig(s.Config, "claimflow-bench"),
 			Progress: testWriter{t}, ProgressEvery: progress, Log: log,
 		}
 	}
@@ -126,7 +132,7 @@ func TestBenchQuick(t *testing.T) {
 		// claimflow-bench capacity --quick: 25/s, +25/s every 4 s up to
 		// 100/s, judged over 2 s windows, both arms.
 		o := bench.QuickCapacity()
-		o.DB, o.Kafka, o.Progress, o.Log = pool, services.KafkaConfig(s.Config, "claimflow-bench"), testWriter{t}, log
+		o.DB, o.PeerDB, o.Kafka, o.Progress, o.Log = pool, peerPool, services.KafkaConfig(s.Config, "claimflow-bench"), testWriter{t}, log
 		c, err := bench.RunCapacity(runCtx(t), o, arm)
 		if err != nil {
 			t.Fatal(err)

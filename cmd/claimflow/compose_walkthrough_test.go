@@ -312,13 +312,23 @@ func TestComposeWalkthrough(t *testing.T) {
 	// DATABASE_URL's credentials are the roles of compose's init script,
 	// which the dev stack's cluster does not have: the services get the
 	// stack's URL, after a check that compose's names the same database.
+	// migrate connects as the owner (MIGRATE_DATABASE_URL), the services as
+	// the runtime role: each gets the dev stack's URL of the same role.
 	dbOverride := func(svc string) map[string]string {
-		raw := *p.Services[svc].Environment["DATABASE_URL"]
-		u, err := url.Parse(raw)
-		if err != nil || u.Host != "postgres:5432" || u.Path != db.Path {
-			t.Fatalf("%s: compose's DATABASE_URL %q is not database %s on postgres:5432", svc, raw, db.Path)
+		name, stackURL := "DATABASE_URL", s.Config.DatabaseURL
+		if svc == "migrate" {
+			name, stackURL = "MIGRATE_DATABASE_URL", s.Config.MigrateDatabaseURL
 		}
-		return map[string]string{"DATABASE_URL": s.Config.DatabaseURL}
+		v := p.Services[svc].Environment[name]
+		if v == nil {
+			t.Fatalf("%s: compose gives it no %s", svc, name)
+		}
+		u, err := url.Parse(*v)
+		su, serr := url.Parse(stackURL)
+		if err != nil || serr != nil || u.Host != "postgres:5432" || u.Path != db.Path || u.User.Username() != su.User.Username() {
+			t.Fatalf("%s: compose's %s %q is not role %s on database %s at postgres:5432", svc, name, *v, su.User.Username(), db.Path)
+		}
+		return map[string]string{name: stackURL}
 	}
 
 	for _, sim := range []string{"payoutsim", "notifysim"} {

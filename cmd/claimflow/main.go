@@ -3,7 +3,7 @@
 //	claimflow dev       the whole system on this machine, no Docker
 //	claimflow api       the HTTP API
 //	claimflow worker    the Temporal worker (workflows and activities)
-//	claimflow migrate   apply database migrations and exit
+//	claimflow migrate   apply database migrations as the owner, grant the runtime role, exit
 //	claimflow replay    check workflow histories against this build
 //	claimflow consumer  deliver each event's notification exactly once
 //	claimflow audit     compare topics with the notifications delivered
@@ -37,7 +37,7 @@ commands:
   dev       run the whole system locally: Temporal dev server + UI, Kafka (kfake), Postgres, API, worker, consumer
   api       serve the HTTP API
   worker    run the Temporal worker
-  migrate   apply database migrations and exit
+  migrate   apply database migrations as the schema owner (MIGRATE_DATABASE_URL), grant the runtime role its DML, exit
   replay    replay workflow histories (files or live runs) against this build
   consumer  consume enrollment and coupon events and deliver their notifications
   audit     compare the consumed topics with the notifications table: lost, duplicates, order
@@ -101,7 +101,7 @@ func run(ctx context.Context, cfg appconfig.Config, log *slog.Logger, cmd string
 		return runDev(ctx, cfg, log, args)
 	case "api":
 		fs := flag.NewFlagSet("api", flag.ContinueOnError)
-		migrate := fs.Bool("migrate", true, "apply database migrations before serving")
+		migrate := fs.Bool("migrate", false, "run 'claimflow migrate' (as MIGRATE_DATABASE_URL) before serving; deployments migrate once instead")
 		fs.BoolVar(&cfg.Security.InsecureNoAuth, "insecure-no-auth", false, "serve without authentication, every request acting as an admin (never in production)")
 		if err := fs.Parse(args); err != nil {
 			return err
@@ -123,7 +123,7 @@ func run(ctx context.Context, cfg appconfig.Config, log *slog.Logger, cmd string
 		fs := flag.NewFlagSet("consumer", flag.ContinueOnError)
 		topics := fs.String("topics", strings.Join(cfg.ConsumerTopics, ","), "comma-separated topics to consume (CONSUMER_TOPICS)")
 		fs.StringVar(&cfg.ConsumerGroup, "group", cfg.ConsumerGroup, "consumer group (CONSUMER_GROUP)")
-		migrate := fs.Bool("migrate", true, "apply database migrations before consuming")
+		migrate := fs.Bool("migrate", false, "run 'claimflow migrate' (as MIGRATE_DATABASE_URL) before consuming; deployments migrate once instead")
 		if err := fs.Parse(args); err != nil {
 			return err
 		}

@@ -37,6 +37,10 @@ type Options struct {
 	// them.
 	DB    *pgxpool.Pool
 	Kafka kafka.Config
+	// PeerDB, when set, is the pool the outbox peer's arm runs on
+	// instead of DB: the schema owner's (MIGRATE_DATABASE_URL), since the
+	// peer creates its own tables and claimflow's runtime role may not.
+	PeerDB *pgxpool.Pool
 	// Progress receives the live progress line every ProgressEvery.
 	Progress      io.Writer
 	ProgressEvery time.Duration
@@ -246,6 +250,9 @@ func showProgress(o Options, name string, d *driver, rec *Recorder, stop <-chan 
 // stops it. Its RSS is this process's: load generator and peer together.
 func RunPeer(ctx context.Context, o Options) (*Result, error) {
 	o.defaults()
+	if o.PeerDB != nil {
+		o.DB = o.PeerDB // the peer's tables, its drain and its audit
+	}
 	peer, err := StartPeer(ctx, PeerOptions{DB: o.DB, Kafka: o.Kafka, Log: o.Log})
 	if err != nil {
 		return nil, fmt.Errorf("start peer: %w", err)

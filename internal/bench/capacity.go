@@ -43,7 +43,10 @@ type CapacityOptions struct {
 	Timeout time.Duration
 	// DB, when set, lets an arm's claims settle before the next arm runs,
 	// so the second arm does not share the machine with the first's tail.
-	DB           *pgxpool.Pool
+	DB *pgxpool.Pool
+	// PeerDB is the pool the outbox peer runs on: the schema owner's, since
+	// the peer creates its own tables (DB when nil).
+	PeerDB       *pgxpool.Pool
 	Kafka        kafka.Config
 	DrainTimeout time.Duration
 	Progress     io.Writer
@@ -203,7 +206,11 @@ func RunCapacity(ctx context.Context, o CapacityOptions, claimflow Arm) (*Capaci
 		return nil, fmt.Errorf("claimflow arm: %w", err)
 	}
 	out.Claimflow = cf
-	peer, err := StartPeer(ctx, PeerOptions{DB: o.DB, Kafka: o.Kafka, Log: o.Log})
+	peerOpts := o
+	if o.PeerDB != nil {
+		peerOpts.DB = o.PeerDB // the peer's tables and its drain
+	}
+	peer, err := StartPeer(ctx, PeerOptions{DB: peerOpts.DB, Kafka: o.Kafka, Log: o.Log})
 	if err != nil {
 		return nil, fmt.Errorf("start peer: %w", err)
 	}
@@ -212,7 +219,7 @@ func RunCapacity(ctx context.Context, o CapacityOptions, claimflow Arm) (*Capaci
 		defer cancel()
 		_ = peer.Stop(stopCtx)
 	}()
-	pa, err := capacityArm(ctx, o, Arm{Name: "peer", URL: peer.URL(), Schema: PeerSchema}, "the bench process: load generator + peer API + relay")
+	pa, err := capacityArm(ctx, peerOpts, Arm{Name: "peer", URL: peer.URL(), Schema: PeerSchema}, "the bench process: load generator + peer API + relay")
 	if err != nil {
 		return nil, fmt.Errorf("peer arm: %w", err)
 	}

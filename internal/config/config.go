@@ -7,7 +7,9 @@ package config
 import (
 	"fmt"
 	"log/slog"
+	"net/url"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -39,6 +41,15 @@ const (
 	defaultRateBurst         = 100
 )
 
+// The two database roles (docs/security.md#database-roles): the owner
+// creates and alters the schema (`claimflow migrate`), the runtime role is
+// what api, worker and consumer connect as, with only the DML they need.
+// These are the names the dev stack and deploy/postgres/init.sh create.
+const (
+	DefaultOwnerRole   = "claimflow_owner"
+	DefaultRuntimeRole = "claimflow_app"
+)
+
 // variable is one environment variable: its name, the default used when it
 // is unset or empty, and what it means (for `claimflow help`).
 type variable struct {
@@ -48,7 +59,9 @@ type variable struct {
 // variables is every environment variable claimflow reads. Load asks for
 // no other name (it panics on one not listed), so this list is complete.
 var variables = []variable{
-	{"DATABASE_URL", "postgres://claimflow@127.0.0.1:55432/claimflow?sslmode=disable", "PostgreSQL connection URL"},
+	{"DATABASE_URL", "postgres://" + DefaultRuntimeRole + "@127.0.0.1:55432/claimflow?sslmode=disable", "PostgreSQL URL of the runtime role the services connect as"},
+	{"MIGRATE_DATABASE_URL", "postgres://" + DefaultOwnerRole + "@127.0.0.1:55432/claimflow?sslmode=disable", "PostgreSQL URL of the schema owner `claimflow migrate` connects as (unset while DATABASE_URL is set: DATABASE_URL)"},
+	{"DATABASE_RUNTIME_ROLE", "", "role `claimflow migrate` grants the services' DML to (unset: DATABASE_URL's user)"},
 	{"TEMPORAL_ADDRESS", "127.0.0.1:7233", "Temporal frontend host:port"},
 	{"TEMPORAL_NAMESPACE", "default", "Temporal namespace"},
 	{"TEMPORAL_UI_URL", "http://127.0.0.1:8233", "Temporal Web UI, linked from API answers"},
@@ -107,7 +120,15 @@ func Usage() string {
 
 // Config is read from the environment by Load.
 type Config struct {
-	DatabaseURL     string
+	// DatabaseURL is the runtime role's: api, worker, consumer and audit
+	// connect with it and never change the schema.
+	DatabaseURL string
+	// MigrateDatabaseURL is the schema owner's, for `claimflow migrate`
+	// and the dev stack's migration.
+	MigrateDatabaseURL string
+	// RuntimeRole is the role `claimflow migrate` grants the services' DML to.
+	RuntimeRole string
+
 	TemporalAddress string
 	Namespace       string
 	TemporalUIURL   string
@@ -205,6 +226,9 @@ func load(lookup func(string) (string, bool)) (Config, error) {
 		set:             e.set,
 	}
 	_ = e.get("TEMPORAL_CLI") // read by internal/devstack; listed here so deployments may set it
+	if err := loadDatabase(e, &c); err != nil {
+		return c, err
+	}
 	if c.LogFormat != "json" && c.LogFormat != "text" {
 		return c, fmt.Errorf("LOG_FORMAT must be json or text, got %q", c.LogFormat)
 	}
@@ -251,6 +275,33 @@ func load(lookup func(string) (string, bool)) (Config, error) {
 		return c, err
 	}
 	return c, nil
+}
+
+// roleName is what DATABASE_RUNTIME_ROLE accepts: a plain PostgreSQL
+// identifier, so the role named in grants is the one the operator meant.
+var roleName = regexp.MustCompile(`^[a-z_][a-z0-9_$]{0,62}$`)
+
+// loadDatabase reads the two database URLs and the runtime role. An
+// operator who sets DATABASE_URL alone (one role for everything) migrates
+// with it too; the runtime role defaults to DATABASE_URL's user.
+func loadDatabase(e env, c *Config) error {
+	c.MigrateDatabaseURL = e.get("MIGRATE_DATABASE_URL")
+	if !e.set["MIGRATE_DATABASE_URL"] && e.set["DATABASE_URL"] {
+		c.MigrateDatabaseURL = c.DatabaseURL
+	}
+	c.RuntimeRole = e.get("DATABASE_RUNTIME_ROLE")
+	if c.RuntimeRole == "" {
+		// A URL without a user, or in key=value form, leaves it empty:
+		// `claimflow migrate` then asks for DATABASE_RUNTIME_ROLE.
+		if u, err := url.Parse(c.DatabaseURL); err == nil {
+			c.RuntimeRole = u.User.Username()
+		}
+		return nil
+	}
+	if !roleName.MatchString(c.RuntimeRole) {
+		return fmt.Errorf("DATABASE_RUNTIME_ROLE must be a lower-case PostgreSQL identifier, got %q", c.RuntimeRole)
+	}
+	return nil
 }
 
 // SplitList splits a comma-separated list, dropping blanks.

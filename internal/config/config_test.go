@@ -109,3 +109,47 @@ func TestStackSecret(t *testing.T) {
 		t.Fatal("JWT_SECRET did not win over the data dir")
 	}
 }
+
+// TestDatabaseRoles: which URL migrates and which role it grants to, for
+// the dev defaults, an operator's two roles, and one role for everything.
+func TestDatabaseRoles(t *testing.T) {
+	for _, tc := range []struct {
+		name             string
+		env              map[string]string
+		migrate, runtime string
+		err              string
+	}{
+		{name: "dev defaults", env: nil,
+			migrate: "postgres://claimflow_owner@127.0.0.1:55432/claimflow?sslmode=disable", runtime: DefaultRuntimeRole},
+		{name: "two roles", env: map[string]string{
+			"DATABASE_URL":         "postgres://app:pw@db/claimflow",
+			"MIGRATE_DATABASE_URL": "postgres://owner:pw@db/claimflow"},
+			migrate: "postgres://owner:pw@db/claimflow", runtime: "app"},
+		{name: "one role: DATABASE_URL migrates too", env: map[string]string{
+			"DATABASE_URL": "postgres://single:pw@db/claimflow"},
+			migrate: "postgres://single:pw@db/claimflow", runtime: "single"},
+		{name: "role named", env: map[string]string{
+			"DATABASE_URL": "host=db user=app", "DATABASE_RUNTIME_ROLE": "svc_rt"},
+			migrate: "host=db user=app", runtime: "svc_rt"},
+		{name: "key=value URL, no role", env: map[string]string{"DATABASE_URL": "host=db user=app"},
+			migrate: "host=db user=app", runtime: ""},
+		{name: "role not an identifier", env: map[string]string{"DATABASE_RUNTIME_ROLE": `app"; DROP`},
+			err: "DATABASE_RUNTIME_ROLE"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, err := load(func(name string) (string, bool) { v, ok := tc.env[name]; return v, ok })
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("err = %v, want one naming %s", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cfg.MigrateDatabaseURL != tc.migrate || cfg.RuntimeRole != tc.runtime {
+				t.Fatalf("migrate %q as %q, want %q as %q", cfg.MigrateDatabaseURL, cfg.RuntimeRole, tc.migrate, tc.runtime)
+			}
+		})
+	}
+}

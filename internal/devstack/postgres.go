@@ -41,6 +41,11 @@ type PostgresOptions struct {
 	Database string
 	// LogFile receives the server log (appended); default DataDir+".log".
 	LogFile string
+	// OwnerRole and RuntimeRole, when set, are created (login, no other
+	// attribute): the owner owns Database, the runtime role only logs in
+	// (RoleURL connects as either). Unset: the superuser alone.
+	OwnerRole   string
+	RuntimeRole string
 
 	// BinDir holds initdb, pg_ctl and postgres (claimflow dev --pg-bin).
 	// Empty: a system install (see LookupDirs), else the pinned build from
@@ -70,10 +75,11 @@ type PostgresOptions struct {
 type Postgres struct {
 	// URL connects to Database as the superuser, e.g.
 	// postgres://claimflow@127.0.0.1:55432/claimflow?sslmode=disable
-	URL     string
-	Port    int
-	DataDir string
-	LogFile string
+	URL      string
+	Port     int
+	Database string
+	DataDir  string
+	LogFile  string
 	// Reused is true when a server left running on DataDir by an earlier
 	// run was adopted instead of started.
 	Reused bool
@@ -125,11 +131,12 @@ func StartPostgres(ctx context.Context, o PostgresOptions) (*Postgres, error) {
 		}
 	}
 	p := &Postgres{
-		URL:     pgURL(o.Port, o.Database),
-		Port:    o.Port,
-		DataDir: dataDir,
-		LogFile: logFile,
-		run:     run,
+		URL:      pgURL(o.Port, o.Database),
+		Port:     o.Port,
+		Database: o.Database,
+		DataDir:  dataDir,
+		LogFile:  logFile,
+		run:      run,
 	}
 
 	if err := run.prepareDir(ctx, dataDir, 0o700); err != nil {
@@ -166,6 +173,11 @@ func StartPostgres(ctx context.Context, o PostgresOptions) (*Postgres, error) {
 	}
 	if err := p.ensureDatabase(ctx, o.Database); err != nil {
 		return nil, err
+	}
+	if o.OwnerRole != "" || o.RuntimeRole != "" {
+		if err := p.ensureRoles(ctx, o.OwnerRole, o.RuntimeRole); err != nil {
+			return nil, err
+		}
 	}
 	slog.InfoContext(ctx, "postgres ready", "url", p.URL, "data", dataDir, "log", logFile,
 		"reused", p.Reused, "took", time.Since(started).Round(time.Millisecond))

@@ -64,7 +64,12 @@ func (s *ConsumerService) Stop() error {
 // RunConsumer is the `claimflow consumer` process: it consumes until ctx
 // ends.
 func RunConsumer(ctx context.Context, cfg config.Config, log *slog.Logger, migrate bool) error {
-	conn, err := Connect(ctx, cfg, log, 32, migrate, cfg.MetricsAddr)
+	if migrate {
+		if err := Migrate(ctx, cfg, log); err != nil {
+			return err
+		}
+	}
+	conn, err := Connect(ctx, cfg, log, 32, cfg.MetricsAddr)
 	if err != nil {
 		return err
 	}

@@ -176,9 +176,16 @@ func (s *WorkerService) Stop() error {
 }
 
 // RunAPI is the `claimflow api` process: it serves until ctx ends, then
-// shuts down within cfg.ShutdownTimeout.
+// shuts down within cfg.ShutdownTimeout. With migrate it first runs
+// Migrate (as the owner), for a single-process setup; a deployment runs
+// `claimflow migrate` once instead.
 func RunAPI(ctx context.Context, cfg config.Config, log *slog.Logger, migrate bool) error {
-	conn, err := Connect(ctx, cfg, log, 32, migrate, "")
+	if migrate {
+		if err := Migrate(ctx, cfg, log); err != nil {
+			return err
+		}
+	}
+	conn, err := Connect(ctx, cfg, log, 32, "")
 	if err != nil {
 		return err
 	}
@@ -201,7 +208,7 @@ func RunAPI(ctx context.Context, cfg config.Config, log *slog.Logger, migrate bo
 
 // RunWorker is the `claimflow worker` process: it polls until ctx ends.
 func RunWorker(ctx context.Context, cfg config.Config, log *slog.Logger) error {
-	conn, err := Connect(ctx, cfg, log, int32(min(cfg.MaxActivities, 64)), false, cfg.MetricsAddr)
+	conn, err := Connect(ctx, cfg, log, int32(min(cfg.MaxActivities, 64)), cfg.MetricsAddr)
 	if err != nil {
 		return err
 	}
@@ -216,14 +223,19 @@ func RunWorker(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	return svc.Stop()
 }
 
-// Migrate applies the database migrations and returns.
+// Migrate applies the database migrations as the schema owner
+// (cfg.MigrateDatabaseURL) and grants the runtime role (cfg.RuntimeRole)
+// its DML, then returns: `claimflow migrate`, run once per release.
 func Migrate(ctx context.Context, cfg config.Config, log *slog.Logger) error {
-	pool, err := OpenDB(ctx, cfg, 2)
+	pool, err := store.Open(ctx, cfg.MigrateDatabaseURL, 2)
 	if err != nil {
-		return err
+		return fmt.Errorf("migrate: %w", err)
 	}
 	defer pool.Close()
-	return store.Migrate(ctx, pool, log)
+	if err := store.Migrate(ctx, pool, log); err != nil {
+		return err
+	}
+	return store.GrantRuntime(ctx, pool, cfg.RuntimeRole, log)
 }
 
 func metricsHandler(tel *Telemetry) client.MetricsHandler {
@@ -242,8 +254,9 @@ type Connection struct {
 	closers   []func()
 }
 
-// Connect opens what every service command needs, migrating first if asked.
-func Connect(ctx context.Context, cfg config.Config, log *slog.Logger, maxConns int32, migrate bool, metricsAddr string) (c *Connection, err error) {
+// Connect opens what every service command needs. It never migrates: the
+// services connect as the runtime role, which cannot.
+func Connect(ctx context.Context, cfg config.Config, log *slog.Logger, maxConns int32, metricsAddr string) (c *Connection, err error) {
 	c = &Connection{Telemetry: NewTelemetry()}
 	defer func() {
 		if err != nil {
@@ -254,11 +267,6 @@ func Connect(ctx context.Context, cfg config.Config, log *slog.Logger, maxConns 
 		return c, err
 	}
 	c.closers = append(c.closers, c.Pool.Close)
-	if migrate {
-		if err := store.Migrate(ctx, c.Pool, log); err != nil {
-			return c, err
-		}
-	}
 	stopMetrics, err := ServeMetrics(metricsAddr, c.Telemetry, log)
 	if err != nil {
 		return c, err

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -19,7 +20,6 @@ import (
 	"github.com/claimflow/claimflow/internal/kafka"
 	"github.com/claimflow/claimflow/internal/notifysim"
 	"github.com/claimflow/claimflow/internal/payoutsim"
-	"github.com/claimflow/claimflow/internal/store"
 	"github.com/claimflow/claimflow/workflows"
 )
 
@@ -186,8 +186,20 @@ func StartStack(ctx context.Context, base config.Config, log *slog.Logger, o Sta
 	}
 
 	if o.DatabaseURL != "" {
+		// The user's database: no roles are created there. Migrations
+		// run as MIGRATE_DATABASE_URL (else this URL), the services as
+		// this URL; grants go to DATABASE_RUNTIME_ROLE (else its user).
 		s.Config.DatabaseURL = o.DatabaseURL
+		if !base.IsSet("MIGRATE_DATABASE_URL") {
+			s.Config.MigrateDatabaseURL = o.DatabaseURL
+		}
+		if !base.IsSet("DATABASE_RUNTIME_ROLE") {
+			s.Config.RuntimeRole = urlUser(o.DatabaseURL)
+		}
 	} else {
+		if s.Config.RuntimeRole == "" {
+			s.Config.RuntimeRole = config.DefaultRuntimeRole
+		}
 		fmt.Fprintln(progress, "starting PostgreSQL...")
 		s.Postgres, err = devstack.StartPostgres(ctx, devstack.PostgresOptions{
 			DataDir:  filepath.Join(dataDir, "pg"),
@@ -195,11 +207,21 @@ func StartStack(ctx context.Context, base config.Config, log *slog.Logger, o Sta
 			LogFile:  filepath.Join(dataDir, "logs", "postgres.log"),
 			BinDir:   o.PGBin,
 			Progress: o.Progress,
+			// The services run as the runtime role, as in compose and
+			// k8s, so every test on this stack proves its grants suffice.
+			OwnerRole:   config.DefaultOwnerRole,
+			RuntimeRole: s.Config.RuntimeRole,
 		})
 		if err != nil {
 			return s, err
 		}
-		s.Config.DatabaseURL = s.Postgres.URL
+		s.Config.DatabaseURL = s.Postgres.RoleURL(s.Config.RuntimeRole)
+		s.Config.MigrateDatabaseURL = s.Postgres.RoleURL(config.DefaultOwnerRole)
+	}
+	// Once per stack, as the owner: the one-shot migration of compose
+	// and k8s. Services started (and restarted) below never migrate.
+	if err := Migrate(ctx, s.Config, s.Log); err != nil {
+		return s, err
 	}
 	if o.PayoutURL != "" {
 		s.Config.PayoutURL = o.PayoutURL
@@ -238,9 +260,6 @@ func StartStack(ctx context.Context, base config.Config, log *slog.Logger, o Sta
 func (s *Stack) StartServices(ctx context.Context) (err error) {
 	s.Pool, err = OpenDB(ctx, s.Config, 64)
 	if err != nil {
-		return err
-	}
-	if err := store.Migrate(ctx, s.Pool, s.Log); err != nil {
 		return err
 	}
 	// A fresh registry per start: services restarted in this process
@@ -336,6 +355,16 @@ func (s *Stack) ReadyLine() string {
 	}
 	return fmt.Sprintf("claimflow ready: api=%s ui=%s temporal=%s kafka=%s database=%s",
 		api, ui, s.Config.TemporalAddress, strings.Join(s.Config.KafkaBrokers, ","), config.RedactURL(s.Config.DatabaseURL))
+}
+
+// urlUser is the user a postgres:// URL names ("" for none, or for the
+// key=value form).
+func urlUser(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return ""
+	}
+	return u.User.Username()
 }
 
 // ChooseServices sets which services run in the dev process from a list

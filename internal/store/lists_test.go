@@ -10,13 +10,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/claimflow/claimflow/internal/store"
 	"github.com/claimflow/claimflow/internal/store/pgtest"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+// TestMain (pgtest.Main) is in roles_pg_test.go.
 
 // The list fixture: 100,000 rows each of enrollments, coupons and
 // notifications under one prefix, loaded once for the package's tests.
@@ -66,17 +67,22 @@ func loadLists(t *testing.T) (*pgxpool.Pool, string) {
 			        jsonb_build_object('n', g), timestamptz '2026-01-01' + g * interval '1 millisecond', 'consumer',
 			        CASE WHEN g % 2 = 0 THEN timestamptz '2026-03-01' END
 			 FROM generate_series(0, 99999) g ORDER BY g`,
-			`ANALYZE courses, enrollments, vendors, coupon_types, coupons, notifications`,
 		} {
-			if _, err := db.Exec(ctx, q, prefix); err != nil && !errors.Is(err, context.Canceled) {
-				if q[:7] == "ANALYZE" {
-					_, err = db.Exec(ctx, q)
-				}
-				if err != nil {
-					listFixture.err = fmt.Errorf("%.60s…: %w", q, err)
-					return
-				}
+			if _, err := db.Exec(ctx, q, prefix); err != nil {
+				listFixture.err = fmt.Errorf("%.60s…: %w", q, err)
+				return
 			}
+		}
+		// Only a table's owner may ANALYZE it; the pool is the runtime role's.
+		ownerURL, _ := pgtest.URLs(t)
+		owner, err := pgx.Connect(ctx, ownerURL)
+		if err != nil {
+			listFixture.err = err
+			return
+		}
+		defer owner.Close(ctx)
+		if _, err := owner.Exec(ctx, `ANALYZE courses, enrollments, vendors, coupon_types, coupons, notifications`); err != nil {
+			listFixture.err = fmt.Errorf("analyze: %w", err)
 		}
 	})
 	if listFixture.err != nil {

@@ -19,9 +19,11 @@ import (
 //go:embed migrations/*.sql
 var migrations embed.FS
 
-// Migrate applies the embedded schema migrations. A Postgres advisory lock
-// serialises concurrent callers, so api and worker replicas may all call it
-// at start.
+// Migrate applies the embedded schema migrations, connected as the schema
+// owner (GrantRuntime then gives the services' role its DML). It runs once
+// per release — `claimflow migrate`, a one-shot container or Job, the dev
+// stack's start — never in a service; a Postgres advisory lock serialises
+// concurrent callers all the same.
 func Migrate(ctx context.Context, pool *pgxpool.Pool, log *slog.Logger) error {
 	sub, err := fs.Sub(migrations, "migrations")
 	if err != nil {

@@ -1,6 +1,8 @@
 // Package pgtest gives package tests a private, migrated PostgreSQL
 // cluster: started on first use (so the tests that need no database do not
-// pay for it), migrated once, and stopped when the package's tests end.
+// pay for it), migrated once as the schema owner, and stopped when the
+// package's tests end. Tests reach it as the runtime role, as the services
+// do, so every test also proves store.RuntimeGrants suffice.
 // Each test creates rows under IDs of its own (the prefix DB returns) and
 // asserts on those rows only, so tests never see each other's data. (No
 // database per test: CREATE DATABASE needs SQL built at run time, which
@@ -31,6 +33,13 @@ import (
 // a cluster a crashed test binary left running.
 const RootEnv = "CLAIMFLOW_TEST_PG_ROOT"
 
+// The cluster's two roles, as the dev stack and compose have them: the
+// owner migrates, DB's pool connects as the runtime role.
+const (
+	OwnerRole   = "pgtest_owner"
+	RuntimeRole = "pgtest_app"
+)
+
 var testPG struct {
 	once sync.Once
 	err  error
@@ -38,6 +47,8 @@ var testPG struct {
 	dir  string
 
 	pool *pgxpool.Pool
+	// ownerURL and runtimeURL connect as the two roles.
+	ownerURL, runtimeURL string
 
 	mu sync.Mutex
 	n  int
@@ -96,32 +107,71 @@ func start(ctx context.Context) error {
 	}
 	pg, err := devstack.StartPostgres(ctx, devstack.PostgresOptions{
 		DataDir: filepath.Join(dir, "pg"), Port: port, Database: "guards",
+		OwnerRole: OwnerRole, RuntimeRole: RuntimeRole,
 	})
 	if err != nil {
 		return fmt.Errorf("start a private postgres: %w", err)
 	}
 	testPG.pg = pg
-	cfg, err := pgxpool.ParseConfig(pg.URL)
+	testPG.ownerURL, testPG.runtimeURL = pg.RoleURL(OwnerRole), pg.RoleURL(RuntimeRole)
+	if err := migrate(ctx, testPG.ownerURL); err != nil {
+		return err
+	}
+	cfg, err := pgxpool.ParseConfig(testPG.runtimeURL)
 	if err != nil {
-		return fmt.Errorf("parse %s: %w", pg.URL, err)
+		return fmt.Errorf("parse %s: %w", testPG.runtimeURL, err)
 	}
 	cfg.MaxConns = 32
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
-		return fmt.Errorf("connect to %s: %w", pg.URL, err)
+		return fmt.Errorf("connect to %s: %w", testPG.runtimeURL, err)
 	}
 	testPG.pool = pool
-	if err := store.Migrate(ctx, pool, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
-		return fmt.Errorf("migrate %s: %w", pg.URL, err)
+	return nil
+}
+
+// migrate migrates as the owner and grants the runtime role, as
+// `claimflow migrate` does.
+func migrate(ctx context.Context, ownerURL string) error {
+	pool, err := pgxpool.New(ctx, ownerURL)
+	if err != nil {
+		return fmt.Errorf("connect to %s: %w", ownerURL, err)
+	}
+	defer pool.Close()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	if err := store.Migrate(ctx, pool, log); err != nil {
+		return fmt.Errorf("migrate %s: %w", ownerURL, err)
+	}
+	if err := store.GrantRuntime(ctx, pool, RuntimeRole, log); err != nil {
+		return fmt.Errorf("grant %s: %w", RuntimeRole, err)
 	}
 	return nil
 }
 
-// DB returns a pool on the migrated database, and a prefix unique to the
-// test for the IDs it creates, so tests never see each other's rows. It
-// skips the test under -short only. A fuzz target may call it with its
-// *testing.F.
+// DB returns a pool on the migrated database, connected as RuntimeRole,
+// and a prefix unique to the test for the IDs it creates, so tests never
+// see each other's rows. It skips the test under -short only. A fuzz
+// target may call it with its *testing.F.
 func DB(t testing.TB) (*pgxpool.Pool, string) {
+	t.Helper()
+	started(t)
+	testPG.mu.Lock()
+	testPG.n++
+	prefix := fmt.Sprintf("%s-%d-", Sanitize(t.Name()), testPG.n)
+	testPG.mu.Unlock()
+	return testPG.pool, prefix
+}
+
+// URLs starts the cluster if needed and returns the URLs of its owner and
+// runtime roles, for tests of the roles themselves.
+func URLs(t testing.TB) (ownerURL, runtimeURL string) {
+	t.Helper()
+	started(t)
+	return testPG.ownerURL, testPG.runtimeURL
+}
+
+// started starts the cluster once; it skips the test under -short.
+func started(t testing.TB) {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("contends the database guards on a private PostgreSQL cluster; skipped under -short")
@@ -134,11 +184,6 @@ func DB(t testing.TB) (*pgxpool.Pool, string) {
 	if testPG.err != nil {
 		t.Fatalf("private postgres: %v", testPG.err)
 	}
-	testPG.mu.Lock()
-	testPG.n++
-	prefix := fmt.Sprintf("%s-%d-", Sanitize(t.Name()), testPG.n)
-	testPG.mu.Unlock()
-	return testPG.pool, prefix
 }
 
 // Sanitize keeps letters and digits of s and turns the rest into _, for
