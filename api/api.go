@@ -53,6 +53,10 @@ type Config struct {
 	PayoutTimeout time.Duration
 	// ConfirmTimeout bounds ?wait=confirmed.
 	ConfirmTimeout time.Duration
+	// RequestTimeout bounds a request's own database and Temporal calls
+	// (default 5 s); a route that waits for a claim's decision gets that
+	// wait on top (routeBound), so no documented wait is ever cut short.
+	RequestTimeout time.Duration
 	// Batching, when set, decides enrollment claims in group-commit batch
 	// runs; nil runs one Enrollment workflow per request.
 	Batching *BatchOptions
@@ -69,13 +73,16 @@ type server struct {
 	Config
 	metrics *metrics
 	batcher *claimBatcher
+	// useWait is how long a coupon use may wait for its decision.
+	useWait time.Duration
 }
 
 // Handler is the API; Close stops its claim batcher after the HTTP server
 // has drained.
 type Handler struct {
 	http.Handler
-	close func()
+	close   func()
+	longest time.Duration
 }
 
 func (h *Handler) Close() {
@@ -92,6 +99,9 @@ func New(cfg Config) *Handler {
 	if cfg.ConfirmTimeout == 0 {
 		cfg.ConfirmTimeout = 10 * time.Second
 	}
+	if cfg.RequestTimeout == 0 {
+		cfg.RequestTimeout = 5 * time.Second
+	}
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
@@ -100,6 +110,10 @@ func New(cfg Config) *Handler {
 		cfg.Metrics, cfg.Gatherer = reg, reg
 	}
 	s := &server{Config: cfg}
+	s.useWait = s.DecisionTimeout
+	if wait, err := s.couponUseWait(); err == nil {
+		s.useWait = wait
+	}
 	s.metrics = newMetrics(s)
 	var closeFn func()
 	if cfg.Batching != nil {
@@ -108,7 +122,11 @@ func New(cfg Config) *Handler {
 	}
 	gin.SetMode(gin.ReleaseMode)
 	r := gin.New()
-	r.Use(gin.Recovery(), s.metrics.middleware, s.accessLog)
+	// The gin context is what handlers pass to Postgres and Temporal; with
+	// the fallback its Done and Deadline are the request's, so the
+	// deadline the bound middleware sets reaches every call.
+	r.ContextWithFallback = true
+	r.Use(gin.Recovery(), s.metrics.middleware, s.accessLog, s.bound)
 	r.HandleMethodNotAllowed = true
 	r.NoRoute(func(c *gin.Context) { writeError(c, http.StatusNotFound, "not_found", "no such route", "") })
 	r.NoMethod(func(c *gin.Context) {
@@ -137,7 +155,11 @@ func New(cfg Config) *Handler {
 	v1.POST("/coupon-types/:id/coupons", s.issueCoupon)
 	v1.GET("/coupons/:id", s.getCoupon)
 	v1.POST("/coupons/:id/use", s.useCoupon)
-	return &Handler{Handler: r, close: closeFn}
+	h := &Handler{Handler: r, close: closeFn}
+	for _, rt := range r.Routes() {
+		h.longest = max(h.longest, s.routeBound(rt.Method, rt.Path))
+	}
+	return h
 }
 
 func (s *server) accessLog(c *gin.Context) {
@@ -147,6 +169,48 @@ func (s *server) accessLog(c *gin.Context) {
 		s.Log.Error("request failed", "method", c.Request.Method, "path", c.FullPath(),
 			"status", c.Writer.Status(), "took", time.Since(start), "errors", c.Errors.String())
 	}
+}
+
+// bound puts the route's deadline on the request's context (routeBound):
+// a stalled database or Temporal answers 503 instead of holding the
+// request without end.
+func (s *server) bound(c *gin.Context) {
+	ctx, cancel := context.WithTimeout(c.Request.Context(), s.routeBound(c.Request.Method, c.FullPath()))
+	defer cancel()
+	c.Request = c.Request.WithContext(ctx)
+	c.Next()
+}
+
+// routeBound is RequestTimeout plus the longest wait the route documents:
+// the decision of a claim (DecisionTimeout), a coupon use's payout policy
+// (couponUseWait), and for an enrollment the ?wait=confirmed bound too.
+func (s *server) routeBound(method, route string) time.Duration {
+	switch method + " " + route {
+	case "POST /v1/courses/:id/enrollments":
+		return s.RequestTimeout + s.DecisionTimeout + s.ConfirmTimeout
+	case "POST /v1/coupons/:id/use":
+		return s.RequestTimeout + s.useWait
+	}
+	if strings.HasPrefix(route, "/v1/") && policyOf(method, route).claim {
+		return s.RequestTimeout + s.DecisionTimeout
+	}
+	return s.RequestTimeout
+}
+
+// LongestRequest is the longest bound of any route: the HTTP server's
+// write timeout must outlast it, or an answer is cut off mid-write.
+func (h *Handler) LongestRequest() time.Duration { return h.longest }
+
+// couponUseWait is how long a coupon use waits for its decision: a use
+// decides only after its payout policy has run its course, so it waits as
+// long as the workflow's own options allow (not a figure computed by hand
+// here), and never less than DecisionTimeout.
+func (s *server) couponUseWait() (time.Duration, error) {
+	wait, err := workflows.DecisionDeadline(workflows.ClaimUseCoupon, s.PayoutTimeout)
+	if err != nil {
+		return 0, err
+	}
+	return max(s.DecisionTimeout, wait), nil
 }
 
 func (s *server) ready(c *gin.Context) {
@@ -177,7 +241,14 @@ func writeError(c *gin.Context, status int, code, message, field string) {
 }
 
 // internalError hides the cause from the client but logs it with the route.
+// A failure after the request's deadline passed is the deadline's doing (a
+// stalled dependency), so it answers 503 like any other dependency that did
+// not answer in time.
 func (s *server) internalError(c *gin.Context, err error) {
+	if c.Request.Context().Err() != nil {
+		s.unavailable(c, err)
+		return
+	}
 	_ = c.Error(err)
 	writeError(c, http.StatusInternalServerError, "internal", "internal error; the server log has the cause", "")
 }

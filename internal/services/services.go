@@ -26,7 +26,6 @@ import (
 	"github.com/claimflow/claimflow/internal/kafka"
 	"github.com/claimflow/claimflow/internal/store"
 	"github.com/claimflow/claimflow/worker"
-	"github.com/claimflow/claimflow/workflows"
 )
 
 // KafkaConfig is the Kafka client configuration of cfg for clientID.
@@ -83,16 +82,17 @@ func StartAPI(cfg config.Config, log *slog.Logger, pool *pgxpool.Pool, tc client
 			MaxAttrBytes: cfg.ClaimBatchAttrBytes}
 	}
 	handler := api.New(api.Config{
-		Security:      security,
-		Batching:      batching,
-		Metrics:       tel.Registry,
-		Gatherer:      tel.Registry,
-		Temporal:      tc,
-		DB:            pool,
-		Log:           log.With("component", "api"),
-		UIURL:         cfg.TemporalUIURL,
-		Namespace:     cfg.Namespace,
-		PayoutTimeout: cfg.PayoutTimeout,
+		Security:       security,
+		Batching:       batching,
+		Metrics:        tel.Registry,
+		Gatherer:       tel.Registry,
+		Temporal:       tc,
+		DB:             pool,
+		Log:            log.With("component", "api"),
+		UIURL:          cfg.TemporalUIURL,
+		Namespace:      cfg.Namespace,
+		PayoutTimeout:  cfg.PayoutTimeout,
+		RequestTimeout: cfg.RequestTimeout,
 		Checks: map[string]api.Check{
 			"postgres": pool.Ping,
 			"temporal": func(ctx context.Context) error {
@@ -114,9 +114,10 @@ func StartAPI(cfg config.Config, log *slog.Logger, pool *pgxpool.Pool, tc client
 			Handler:           handler,
 			ReadHeaderTimeout: 5 * time.Second,
 			ReadTimeout:       10 * time.Second,
-			// Long enough for the slowest decision a request may wait
-			// for (a coupon use, whose payout policy runs first).
-			WriteTimeout: writeTimeout(cfg),
+			// Outlasts the longest route's deadline (a coupon use,
+			// whose payout policy runs first), so an answer is never cut
+			// off mid-write.
+			WriteTimeout: handler.LongestRequest() + 10*time.Second,
 			IdleTimeout:  120 * time.Second,
 		},
 		done: make(chan struct{}),
@@ -277,14 +278,4 @@ func (c *Connection) Close() {
 		c.closers[i]()
 	}
 	c.closers = nil
-}
-
-// writeTimeout outlasts the longest wait for a decision, so the answer is
-// never cut off mid-write.
-func writeTimeout(cfg config.Config) time.Duration {
-	wait, err := workflows.DecisionDeadline(workflows.ClaimUseCoupon, cfg.PayoutTimeout)
-	if err != nil {
-		return 40 * time.Second
-	}
-	return max(40*time.Second, wait+10*time.Second)
 }
