@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"testing"
 	"time"
 
@@ -102,5 +103,35 @@ func TestRouteBoundsCoverTheirWaits(t *testing.T) {
 	}
 	if got, want := h.LongestRequest(), 2*time.Second+useWait; got != want {
 		t.Errorf("LongestRequest = %s, want the coupon use's %s", got, want)
+	}
+}
+
+func TestReadRateLimitPerSubject(t *testing.T) {
+	a := newTestAPI(t, Security{ReadRatePerSubject: 0.001, ReadBurst: 3})
+	s1, s2 := token(t, "s-1", "", time.Hour), token(t, "s-2", "", time.Hour)
+	admin := token(t, "admin-1", RoleAdmin, time.Hour)
+	read := func(tok string) *httptest.ResponseRecorder { return a.call(http.MethodGet, "/v1/courses/c1", tok, nil) }
+	for i := range 3 {
+		if rec := read(s1); rec.Code == http.StatusTooManyRequests {
+			t.Fatalf("read %d within the burst = 429", i+1)
+		}
+	}
+	rec := read(s1)
+	if rec.Code != http.StatusTooManyRequests || errorOf(t, rec).Code != "rate_limited" {
+		t.Fatalf("fourth read = %d %s, want 429 rate_limited", rec.Code, rec.Body.String())
+	}
+	if ra := rec.Header().Get("Retry-After"); ra == "" || ra == "0" {
+		t.Fatalf("Retry-After = %q", ra)
+	}
+	// Another subject has its own bucket; writes are not read budget;
+	// admins' reads are not limited.
+	if rec := read(s2); rec.Code == http.StatusTooManyRequests {
+		t.Fatal("s-2's first read was limited by s-1's bucket")
+	}
+	reachedTemporal(t, a.call(http.MethodPost, "/v1/courses/c1/enrollments", s1, map[string]any{"student_id": "s-1"}))
+	for range 20 {
+		if rec := read(admin); rec.Code == http.StatusTooManyRequests {
+			t.Fatal("an admin's read was rate-limited")
+		}
 	}
 }
