@@ -42,8 +42,13 @@ type Config struct {
 	// UIURL and Namespace build links to runs in the Temporal Web UI.
 	UIURL     string
 	Namespace string
-	// Checks are run by /readyz, by name.
+	// Checks are run by /readyz, by name, at most once a second.
 	Checks map[string]Check
+	// SeparateInternal serves /metrics only on Handler.Internal (the
+	// service runs it on INTERNAL_HTTP_ADDR); otherwise the public handler
+	// serves it too, as before. Handler.Internal is the only /readyz that
+	// shows why a check failed.
+	SeparateInternal bool
 	// DecisionTimeout bounds how long a request waits for its claim to be
 	// decided before it answers 503 (the claim goes on and can be queried).
 	DecisionTimeout time.Duration
@@ -81,8 +86,11 @@ type server struct {
 // has drained.
 type Handler struct {
 	http.Handler
-	close   func()
-	longest time.Duration
+	// Internal serves /healthz, /readyz with each failed check's error,
+	// and /metrics: the address of probes and scrapes, not of clients.
+	Internal http.Handler
+	close    func()
+	longest  time.Duration
 }
 
 func (h *Handler) Close() {
@@ -133,10 +141,22 @@ func New(cfg Config) *Handler {
 		writeError(c, http.StatusMethodNotAllowed, "method_not_allowed", "method not allowed on this route", "")
 	})
 
-	r.GET("/healthz", func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "ok"}) })
-	r.GET("/readyz", s.ready)
-	r.GET("/metrics", metricsHandler(cfg.Gatherer))
+	ready := &readiness{checks: cfg.Checks, now: time.Now, onFail: func(name string, err error) {
+		cfg.Log.Warn("readiness check failed", "check", name, "err", err)
+	}}
+	healthz := func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "ok"}) }
+	r.GET("/healthz", healthz)
+	r.GET("/readyz", ready.handler(false))
+	if !cfg.SeparateInternal {
+		r.GET("/metrics", metricsHandler(cfg.Gatherer))
+	}
 	r.GET("/openapi.json", serveOpenAPI)
+
+	internal := gin.New()
+	internal.Use(gin.Recovery())
+	internal.GET("/healthz", healthz)
+	internal.GET("/readyz", ready.handler(true))
+	internal.GET("/metrics", metricsHandler(cfg.Gatherer))
 
 	v1 := r.Group("/v1", s.guard())
 	v1.POST("/courses", s.createCourse)
@@ -155,7 +175,7 @@ func New(cfg Config) *Handler {
 	v1.POST("/coupon-types/:id/coupons", s.issueCoupon)
 	v1.GET("/coupons/:id", s.getCoupon)
 	v1.POST("/coupons/:id/use", s.useCoupon)
-	h := &Handler{Handler: r, close: closeFn}
+	h := &Handler{Handler: r, Internal: internal, close: closeFn}
 	for _, rt := range r.Routes() {
 		h.longest = max(h.longest, s.routeBound(rt.Method, rt.Path))
 	}
@@ -211,22 +231,6 @@ func (s *server) couponUseWait() (time.Duration, error) {
 		return 0, err
 	}
 	return max(s.DecisionTimeout, wait), nil
-}
-
-func (s *server) ready(c *gin.Context) {
-	ctx, cancel := context.WithTimeout(c.Request.Context(), 3*time.Second)
-	defer cancel()
-	status := http.StatusOK
-	results := gin.H{}
-	for name, check := range s.Checks {
-		if err := check(ctx); err != nil {
-			status = http.StatusServiceUnavailable
-			results[name] = err.Error()
-			continue
-		}
-		results[name] = "ok"
-	}
-	c.JSON(status, gin.H{"checks": results})
 }
 
 // apiError is the body of every error: {"error":{"code","message","field"?}}.

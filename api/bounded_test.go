@@ -2,10 +2,14 @@ package api
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -132,6 +136,68 @@ func TestReadRateLimitPerSubject(t *testing.T) {
 	for range 20 {
 		if rec := read(admin); rec.Code == http.StatusTooManyRequests {
 			t.Fatal("an admin's read was rate-limited")
+		}
+	}
+}
+
+func TestReadyzCachesAndHidesDetail(t *testing.T) {
+	var calls atomic.Int32
+	const secret = "dial tcp 10.0.0.7:5432: password authentication failed for user claimflow_app"
+	failing := func(context.Context) error { calls.Add(1); return errors.New(secret) }
+	ok := func(context.Context) error { return nil }
+	var logs logCapture
+	reg := prometheus.NewRegistry()
+	h := New(Config{Temporal: &fakeTemporal{}, DB: unreachablePool(t), Log: slog.New(slog.NewTextHandler(&logs, nil)), Metrics: reg, Gatherer: reg,
+		Checks: map[string]Check{"postgres": failing, "temporal": ok}, SeparateInternal: true})
+	t.Cleanup(h.Close)
+	get := func(handler http.Handler, path string) *httptest.ResponseRecorder {
+		rec := httptest.NewRecorder()
+		handler.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+		return rec
+	}
+	type readyBody struct{ Checks map[string]string }
+	decode := func(rec *httptest.ResponseRecorder) readyBody {
+		var b readyBody
+		if err := json.Unmarshal(rec.Body.Bytes(), &b); err != nil {
+			t.Fatalf("%s: %v", rec.Body.String(), err)
+		}
+		return b
+	}
+
+	pub := get(h, "/readyz")
+	if pub.Code != http.StatusServiceUnavailable {
+		t.Fatalf("public /readyz = %d, want 503", pub.Code)
+	}
+	if b := decode(pub); b.Checks["postgres"] != "failed" || b.Checks["temporal"] != "ok" || strings.Contains(pub.Body.String(), "10.0.0.7") {
+		t.Fatalf("public /readyz = %s, want which check failed and no detail", pub.Body.String())
+	}
+	internal := get(h.Internal, "/readyz")
+	if b := decode(internal); internal.Code != http.StatusServiceUnavailable || b.Checks["postgres"] != secret {
+		t.Fatalf("internal /readyz = %d %s, want the check's error", internal.Code, internal.Body.String())
+	}
+	if !strings.Contains(logs.take(), "10.0.0.7") {
+		t.Fatal("the failed check's error is not in the log")
+	}
+	for range 20 {
+		get(h, "/readyz")
+		get(h.Internal, "/readyz")
+	}
+	if n := calls.Load(); n != 1 {
+		t.Fatalf("22 probes within a second ran the checks %d times, want 1", n)
+	}
+	time.Sleep(readyTTL + 50*time.Millisecond)
+	get(h, "/readyz")
+	if n := calls.Load(); n != 2 {
+		t.Fatalf("after %s the checks ran %d times in all, want 2", readyTTL, n)
+	}
+
+	// With a separate internal address, /metrics is served there only.
+	if rec := get(h, "/metrics"); rec.Code != http.StatusNotFound {
+		t.Fatalf("public /metrics with SeparateInternal = %d, want 404", rec.Code)
+	}
+	for _, path := range []string{"/metrics", "/healthz"} {
+		if rec := get(h.Internal, path); rec.Code != http.StatusOK {
+			t.Fatalf("internal %s = %d", path, rec.Code)
 		}
 	}
 }
