@@ -78,6 +78,7 @@ type server struct {
 	Config
 	metrics *metrics
 	batcher *claimBatcher
+	settled *settledHub // ?wait=confirmed waiters
 	// useWait is how long a coupon use may wait for its decision.
 	useWait time.Duration
 }
@@ -123,10 +124,13 @@ func New(cfg Config) *Handler {
 		s.useWait = wait
 	}
 	s.metrics = newMetrics(s)
-	var closeFn func()
+	s.settled = newSettledHub(cfg.DB, cfg.Security.MaxConfirmWaiters, func(err error) {
+		cfg.Log.Warn("enrollment_settled listener lost; reconnecting", "err", err)
+	}, cfg.Metrics)
+	closeFn := s.settled.close
 	if cfg.Batching != nil {
 		s.batcher = newClaimBatcher(cfg.Temporal, cfg.Log.With("component", "batcher"), *cfg.Batching, cfg.DecisionTimeout)
-		closeFn = s.batcher.close
+		closeFn = func() { s.batcher.close(); s.settled.close() }
 	}
 	gin.SetMode(gin.ReleaseMode)
 	r := gin.New()

@@ -201,3 +201,53 @@ func TestReadyzCachesAndHidesDetail(t *testing.T) {
 		}
 	}
 }
+
+func TestSettledHubBoundsAndWakes(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	h := newSettledHub(unreachablePool(t), 2, func(error) {}, reg)
+	woken := func(ch chan struct{}) bool {
+		select {
+		case <-ch:
+			return true
+		case <-time.After(20 * time.Millisecond):
+			return false
+		}
+	}
+	a, ok := h.add("e-a")
+	if !ok {
+		t.Fatal("first waiter refused")
+	}
+	b, ok := h.add("e-b")
+	if !ok {
+		t.Fatal("second waiter refused")
+	}
+	if _, ok := h.add("e-c"); ok {
+		t.Fatal("a third waiter was taken beyond MaxConfirmWaiters = 2")
+	}
+	h.settled("e-a")
+	if !woken(a) || woken(b) {
+		t.Fatal("e-a's notification did not wake e-a alone")
+	}
+	h.remove("e-a", a)
+	c, ok := h.add("e-c")
+	if !ok {
+		t.Fatal("a freed slot was not reused")
+	}
+	h.wakeAll() // the listener reconnected: everyone re-reads
+	if !woken(b) || !woken(c) {
+		t.Fatal("a reconnect did not wake every waiter")
+	}
+	h.remove("e-b", b)
+	h.remove("e-c", c)
+	h.remove("e-c", c) // twice: no effect
+	h.mu.Lock()
+	n := h.count
+	h.mu.Unlock()
+	if n != 0 {
+		t.Fatalf("%d waiters counted after all left", n)
+	}
+	h.close()
+	if _, ok := h.add("e-d"); ok {
+		t.Fatal("a closed hub took a waiter")
+	}
+}
