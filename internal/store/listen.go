@@ -10,7 +10,7 @@ import (
 )
 
 // SettledChannel is the channel on which the enrollments_settled trigger
-// (migration 00004) announces an enrollment that left 'reserved', with the
+// (migration 00005_enrollment_settled_notify.sql) announces an enrollment that left 'reserved', with the
 // enrollment's ID as the payload.
 const SettledChannel = "enrollment_settled"
 
