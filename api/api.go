@@ -17,6 +17,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.temporal.io/sdk/client"
@@ -76,6 +77,8 @@ type Config struct {
 
 type server struct {
 	Config
+	// DB shadows Config.DB: the handlers' queries go through requestDB.
+	DB      requestDB
 	metrics *metrics
 	batcher *claimBatcher
 	settled *settledHub // ?wait=confirmed waiters
@@ -118,7 +121,7 @@ func New(cfg Config) *Handler {
 		reg := prometheus.NewRegistry()
 		cfg.Metrics, cfg.Gatherer = reg, reg
 	}
-	s := &server{Config: cfg}
+	s := &server{Config: cfg, DB: requestDB{pool: cfg.DB}}
 	s.useWait = s.DecisionTimeout
 	if wait, err := s.couponUseWait(); err == nil {
 		s.useWait = wait
@@ -193,6 +196,33 @@ func (s *server) accessLog(c *gin.Context) {
 		s.Log.Error("request failed", "method", c.Request.Method, "path", c.FullPath(),
 			"status", c.Writer.Status(), "took", time.Since(start), "errors", c.Errors.String())
 	}
+}
+
+// requestDB is the pool as the handlers see it: a *gin.Context handed to
+// it is replaced by its request's context, which carries the same deadline
+// (bound). pgxpool keeps the context it was given for a connection it goes
+// on opening after the caller gave up, and gin recycles its Context for
+// the next request: that connection attempt would read another request's
+// fields (a data race, and a cancellation tied to the wrong request).
+type requestDB struct{ pool *pgxpool.Pool }
+
+func requestContext(ctx context.Context) context.Context {
+	if c, ok := ctx.(*gin.Context); ok && c.Request != nil {
+		return c.Request.Context()
+	}
+	return ctx
+}
+
+func (d requestDB) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	return d.pool.Exec(requestContext(ctx), sql, args...)
+}
+
+func (d requestDB) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	return d.pool.Query(requestContext(ctx), sql, args...)
+}
+
+func (d requestDB) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	return d.pool.QueryRow(requestContext(ctx), sql, args...)
 }
 
 // bound puts the route's deadline on the request's context (routeBound):
