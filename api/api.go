@@ -17,6 +17,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.temporal.io/sdk/client"
@@ -42,8 +43,13 @@ type Config struct {
 	// UIURL and Namespace build links to runs in the Temporal Web UI.
 	UIURL     string
 	Namespace string
-	// Checks are run by /readyz, by name.
+	// Checks are run by /readyz, by name, at most once a second.
 	Checks map[string]Check
+	// SeparateInternal serves /metrics only on Handler.Internal (the
+	// service runs it on INTERNAL_HTTP_ADDR); otherwise the public handler
+	// serves it too, as before. Handler.Internal is the only /readyz that
+	// shows why a check failed.
+	SeparateInternal bool
 	// DecisionTimeout bounds how long a request waits for its claim to be
 	// decided before it answers 503 (the claim goes on and can be queried).
 	DecisionTimeout time.Duration
@@ -53,6 +59,10 @@ type Config struct {
 	PayoutTimeout time.Duration
 	// ConfirmTimeout bounds ?wait=confirmed.
 	ConfirmTimeout time.Duration
+	// RequestTimeout bounds a request's own database and Temporal calls
+	// (default 5 s); a route that waits for a claim's decision gets that
+	// wait on top (routeBound), so no documented wait is ever cut short.
+	RequestTimeout time.Duration
 	// Batching, when set, decides enrollment claims in group-commit batch
 	// runs; nil runs one Enrollment workflow per request.
 	Batching *BatchOptions
@@ -67,15 +77,24 @@ type Config struct {
 
 type server struct {
 	Config
+	// DB shadows Config.DB: the handlers' queries go through requestDB.
+	DB      requestDB
 	metrics *metrics
 	batcher *claimBatcher
+	settled *settledHub // ?wait=confirmed waiters
+	// useWait is how long a coupon use may wait for its decision.
+	useWait time.Duration
 }
 
 // Handler is the API; Close stops its claim batcher after the HTTP server
 // has drained.
 type Handler struct {
 	http.Handler
-	close func()
+	// Internal serves /healthz, /readyz with each failed check's error,
+	// and /metrics: the address of probes and scrapes, not of clients.
+	Internal http.Handler
+	close    func()
+	longest  time.Duration
 }
 
 func (h *Handler) Close() {
@@ -92,6 +111,9 @@ func New(cfg Config) *Handler {
 	if cfg.ConfirmTimeout == 0 {
 		cfg.ConfirmTimeout = 10 * time.Second
 	}
+	if cfg.RequestTimeout == 0 {
+		cfg.RequestTimeout = 5 * time.Second
+	}
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
@@ -99,26 +121,49 @@ func New(cfg Config) *Handler {
 		reg := prometheus.NewRegistry()
 		cfg.Metrics, cfg.Gatherer = reg, reg
 	}
-	s := &server{Config: cfg}
+	s := &server{Config: cfg, DB: requestDB{pool: cfg.DB}}
+	s.useWait = s.DecisionTimeout
+	if wait, err := s.couponUseWait(); err == nil {
+		s.useWait = wait
+	}
 	s.metrics = newMetrics(s)
-	var closeFn func()
+	s.settled = newSettledHub(cfg.DB, cfg.Security.MaxConfirmWaiters, func(err error) {
+		cfg.Log.Warn("enrollment_settled listener lost; reconnecting", "err", err)
+	}, cfg.Metrics)
+	closeFn := s.settled.close
 	if cfg.Batching != nil {
 		s.batcher = newClaimBatcher(cfg.Temporal, cfg.Log.With("component", "batcher"), *cfg.Batching, cfg.DecisionTimeout)
-		closeFn = s.batcher.close
+		closeFn = func() { s.batcher.close(); s.settled.close() }
 	}
 	gin.SetMode(gin.ReleaseMode)
 	r := gin.New()
-	r.Use(gin.Recovery(), s.metrics.middleware, s.accessLog)
+	// The gin context is what handlers pass to Postgres and Temporal; with
+	// the fallback its Done and Deadline are the request's, so the
+	// deadline the bound middleware sets reaches every call.
+	r.ContextWithFallback = true
+	r.Use(gin.Recovery(), s.metrics.middleware, s.accessLog, s.bound)
 	r.HandleMethodNotAllowed = true
 	r.NoRoute(func(c *gin.Context) { writeError(c, http.StatusNotFound, "not_found", "no such route", "") })
 	r.NoMethod(func(c *gin.Context) {
 		writeError(c, http.StatusMethodNotAllowed, "method_not_allowed", "method not allowed on this route", "")
 	})
 
-	r.GET("/healthz", func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "ok"}) })
-	r.GET("/readyz", s.ready)
-	r.GET("/metrics", metricsHandler(cfg.Gatherer))
+	ready := &readiness{checks: cfg.Checks, now: time.Now, onFail: func(name string, err error) {
+		cfg.Log.Warn("readiness check failed", "check", name, "err", err)
+	}}
+	healthz := func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "ok"}) }
+	r.GET("/healthz", healthz)
+	r.GET("/readyz", ready.handler(false))
+	if !cfg.SeparateInternal {
+		r.GET("/metrics", metricsHandler(cfg.Gatherer))
+	}
 	r.GET("/openapi.json", serveOpenAPI)
+
+	internal := gin.New()
+	internal.Use(gin.Recovery())
+	internal.GET("/healthz", healthz)
+	internal.GET("/readyz", ready.handler(true))
+	internal.GET("/metrics", metricsHandler(cfg.Gatherer))
 
 	v1 := r.Group("/v1", s.guard())
 	v1.POST("/courses", s.createCourse)
@@ -143,7 +188,11 @@ func New(cfg Config) *Handler {
 	v1.GET("/users/:id/notifications", s.listNotifications)
 	v1.POST("/users/:id/notifications/read", s.readAllNotifications)
 	v1.POST("/notifications/:id/read", s.readNotification)
-	return &Handler{Handler: r, close: closeFn}
+	h := &Handler{Handler: r, Internal: internal, close: closeFn}
+	for _, rt := range r.Routes() {
+		h.longest = max(h.longest, s.routeBound(rt.Method, rt.Path))
+	}
+	return h
 }
 
 func (s *server) accessLog(c *gin.Context) {
@@ -155,20 +204,73 @@ func (s *server) accessLog(c *gin.Context) {
 	}
 }
 
-func (s *server) ready(c *gin.Context) {
-	ctx, cancel := context.WithTimeout(c.Request.Context(), 3*time.Second)
-	defer cancel()
-	status := http.StatusOK
-	results := gin.H{}
-	for name, check := range s.Checks {
-		if err := check(ctx); err != nil {
-			status = http.StatusServiceUnavailable
-			results[name] = err.Error()
-			continue
-		}
-		results[name] = "ok"
+// requestDB is the pool as the handlers see it: a *gin.Context handed to
+// it is replaced by its request's context, which carries the same deadline
+// (bound). pgxpool keeps the context it was given for a connection it goes
+// on opening after the caller gave up, and gin recycles its Context for
+// the next request: that connection attempt would read another request's
+// fields (a data race, and a cancellation tied to the wrong request).
+type requestDB struct{ pool *pgxpool.Pool }
+
+func requestContext(ctx context.Context) context.Context {
+	if c, ok := ctx.(*gin.Context); ok && c.Request != nil {
+		return c.Request.Context()
 	}
-	c.JSON(status, gin.H{"checks": results})
+	return ctx
+}
+
+func (d requestDB) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	return d.pool.Exec(requestContext(ctx), sql, args...)
+}
+
+func (d requestDB) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	return d.pool.Query(requestContext(ctx), sql, args...)
+}
+
+func (d requestDB) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	return d.pool.QueryRow(requestContext(ctx), sql, args...)
+}
+
+// bound puts the route's deadline on the request's context (routeBound):
+// a stalled database or Temporal answers 503 instead of holding the
+// request without end.
+func (s *server) bound(c *gin.Context) {
+	ctx, cancel := context.WithTimeout(c.Request.Context(), s.routeBound(c.Request.Method, c.FullPath()))
+	defer cancel()
+	c.Request = c.Request.WithContext(ctx)
+	c.Next()
+}
+
+// routeBound is RequestTimeout plus the longest wait the route documents:
+// the decision of a claim (DecisionTimeout), a coupon use's payout policy
+// (couponUseWait), and for an enrollment the ?wait=confirmed bound too.
+func (s *server) routeBound(method, route string) time.Duration {
+	switch method + " " + route {
+	case "POST /v1/courses/:id/enrollments":
+		return s.RequestTimeout + s.DecisionTimeout + s.ConfirmTimeout
+	case "POST /v1/coupons/:id/use":
+		return s.RequestTimeout + s.useWait
+	}
+	if strings.HasPrefix(route, "/v1/") && policyOf(method, route).claim {
+		return s.RequestTimeout + s.DecisionTimeout
+	}
+	return s.RequestTimeout
+}
+
+// LongestRequest is the longest bound of any route: the HTTP server's
+// write timeout must outlast it, or an answer is cut off mid-write.
+func (h *Handler) LongestRequest() time.Duration { return h.longest }
+
+// couponUseWait is how long a coupon use waits for its decision: a use
+// decides only after its payout policy has run its course, so it waits as
+// long as the workflow's own options allow (not a figure computed by hand
+// here), and never less than DecisionTimeout.
+func (s *server) couponUseWait() (time.Duration, error) {
+	wait, err := workflows.DecisionDeadline(workflows.ClaimUseCoupon, s.PayoutTimeout)
+	if err != nil {
+		return 0, err
+	}
+	return max(s.DecisionTimeout, wait), nil
 }
 
 // apiError is the body of every error: {"error":{"code","message","field"?}}.
@@ -183,7 +285,14 @@ func writeError(c *gin.Context, status int, code, message, field string) {
 }
 
 // internalError hides the cause from the client but logs it with the route.
+// A failure after the request's deadline passed is the deadline's doing (a
+// stalled dependency), so it answers 503 like any other dependency that did
+// not answer in time.
 func (s *server) internalError(c *gin.Context, err error) {
+	if c.Request.Context().Err() != nil {
+		s.unavailable(c, err)
+		return
+	}
 	_ = c.Error(err)
 	writeError(c, http.StatusInternalServerError, "internal", "internal error; the server log has the cause", "")
 }

@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -58,6 +59,15 @@ type Security struct {
 	// AdminRatePerSubject is the same for subjects with role admin (burst
 	// twice the rate); 0 means admins are not limited.
 	AdminRatePerSubject float64
+	// ReadRatePerSubject and ReadBurst limit the reads (GET) of one
+	// non-admin subject the same way; 0 means unlimited. Admins' reads are
+	// not limited (operators list dead letters in bulk).
+	ReadRatePerSubject float64
+	ReadBurst          int
+	// MaxConfirmWaiters bounds the ?wait=confirmed requests waiting for
+	// their confirmation at once; beyond it a request answers 202 with the
+	// current status at once. 0 means the default (1024).
+	MaxConfirmWaiters int
 	// MaxInflightClaims bounds the requests waiting on Temporal at once
 	// (enroll, cancel, issue, use, dead-letter decisions); a request beyond
 	// it is answered 429 at once instead of queueing. 0 means unbounded.
@@ -69,16 +79,31 @@ type JWTOptions struct {
 	// Issuer and Audience, when set, must match the iss and aud claims.
 	Issuer   string
 	Audience string
+	// RoleClaim names the claim holding the principal's role (default
+	// "role"); a token whose role claim is not a string is refused.
+	RoleClaim string
 	// Leeway absorbs clock skew on exp, nbf and iat (default 30 s).
 	Leeway time.Duration
 	// Now replaces the clock (tests).
 	Now func() time.Time
 }
 
-// tokenClaims are the claims claimflow reads; exp is required.
+// defaultRoleClaim is where a token carries its role unless
+// JWTOptions.RoleClaim names another claim.
+const defaultRoleClaim = "role"
+
+// tokenClaims are the claims claimflow reads: the registered ones (exp is
+// required) and, in all, the others, among which the role claim.
 type tokenClaims struct {
-	Role string `json:"role,omitempty"`
 	jwt.RegisteredClaims
+	all map[string]any
+}
+
+func (c *tokenClaims) UnmarshalJSON(b []byte) error {
+	if err := json.Unmarshal(b, &c.RegisteredClaims); err != nil {
+		return err
+	}
+	return json.Unmarshal(b, &c.all)
 }
 
 // MinHS256SecretBytes is the shortest HS256 secret NewHS256 accepts
@@ -87,8 +112,10 @@ const MinHS256SecretBytes = 32
 
 // verifier checks a token's signature with keyfunc and its claims.
 type verifier struct {
-	parser  *jwt.Parser
-	keyfunc func(ctx context.Context) jwt.Keyfunc
+	parser    *jwt.Parser
+	roleClaim string
+	keyfunc   func(ctx context.Context) jwt.Keyfunc
+	jwks      *jwks // the key set cache of an RS256 verifier, for tests
 }
 
 func newVerifier(method string, o JWTOptions, keyfunc func(ctx context.Context) jwt.Keyfunc) *verifier {
@@ -111,7 +138,11 @@ func newVerifier(method string, o JWTOptions, keyfunc func(ctx context.Context) 
 	if o.Now != nil {
 		opts = append(opts, jwt.WithTimeFunc(o.Now))
 	}
-	return &verifier{parser: jwt.NewParser(opts...), keyfunc: keyfunc}
+	roleClaim := o.RoleClaim
+	if roleClaim == "" {
+		roleClaim = defaultRoleClaim
+	}
+	return &verifier{parser: jwt.NewParser(opts...), roleClaim: roleClaim, keyfunc: keyfunc}
 }
 
 func (v *verifier) Authenticate(ctx context.Context, raw string) (Principal, error) {
@@ -122,7 +153,13 @@ func (v *verifier) Authenticate(ctx context.Context, raw string) (Principal, err
 	if strings.TrimSpace(claims.Subject) == "" {
 		return Principal{}, fmt.Errorf("%w: sub", jwt.ErrTokenRequiredClaimMissing)
 	}
-	return Principal{Subject: claims.Subject, Role: claims.Role}, nil
+	var role string
+	if raw, ok := claims.all[v.roleClaim]; ok {
+		if role, ok = raw.(string); !ok {
+			return Principal{}, fmt.Errorf("%w: %s must be a string", jwt.ErrTokenMalformed, v.roleClaim)
+		}
+	}
+	return Principal{Subject: claims.Subject, Role: role}, nil
 }
 
 // NewHS256 verifies HS256 tokens signed with secret (the local stack).

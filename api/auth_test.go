@@ -449,7 +449,7 @@ func TestJWKS(t *testing.T) {
 	var clock atomic.Int64
 	clock.Store(time.Now().Unix())
 	now := func() time.Time { return time.Unix(clock.Load(), 0) }
-	auth, err := NewJWKS(srv.URL, JWKSOptions{JWTOptions: JWTOptions{Now: now}, TTL: time.Hour, MinRefresh: time.Minute})
+	auth, err := NewJWKS(srv.URL, JWKSOptions{JWTOptions: JWTOptions{Now: now}, TTL: time.Hour, MinRefresh: time.Minute, AllowHTTP: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -312,15 +312,13 @@ func (s *server) useCoupon(c *gin.Context) {
 		),
 	}, workflows.UseCoupon, workflows.UseCouponInput{CouponID: couponID, Request: ureq, PayoutTimeout: s.PayoutTimeout})
 
-	// A use decides only after its payout policy has run its course, so it
-	// waits as long as the workflow's own options allow (not a figure
-	// computed by hand here).
-	wait, err := workflows.DecisionDeadline(workflows.ClaimUseCoupon, s.PayoutTimeout)
+	// A use waits for its payout policy (couponUseWait, also the route's bound).
+	wait, err := s.couponUseWait()
 	if err != nil {
 		s.internalError(c, err)
 		return
 	}
-	d, runID, err := s.decideCoupon(c, start, workflowID, max(s.DecisionTimeout, wait), ureq)
+	d, runID, err := s.decideCoupon(c, start, workflowID, wait, ureq)
 	if err != nil {
 		s.unavailable(c, fmt.Errorf("use coupon %s for %s: %w", couponID, req.UserID, err))
 		return

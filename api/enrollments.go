@@ -149,22 +149,31 @@ func (s *server) decide(c *gin.Context, start client.WithStartWorkflowOperation,
 	return decideRun[workflows.Decision](c.Request.Context(), s.Temporal, start, workflowID, s.DecisionTimeout)
 }
 
-// awaitSettled polls the enrollment until it leaves "reserved" or the
-// confirm bound passes. Polling Postgres keeps the wait off the workflow.
+// awaitSettled waits until the enrollment leaves "reserved" or the confirm
+// bound passes, woken by the enrollment_settled notification rather than
+// polling (settled.go). When MaxConfirmWaiters requests already wait, it
+// answers the current status at once: the handler then answers 202 unless
+// the enrollment is already confirmed.
 func (s *server) awaitSettled(c *gin.Context, id string) (enrollment, error) {
-	deadline := time.Now().Add(s.ConfirmTimeout)
+	wake, ok := s.settled.add(id)
+	if !ok {
+		return s.loadEnrollment(c, id)
+	}
+	defer s.settled.remove(id, wake)
+	bound := time.NewTimer(s.ConfirmTimeout)
+	defer bound.Stop()
 	for {
+		// Read after registering: a notification between the two wakes us.
 		got, err := s.loadEnrollment(c, id)
-		if err != nil {
+		if err != nil || got.Status != string(workflows.StatusReserved) {
 			return got, err
 		}
-		if got.Status != string(workflows.StatusReserved) || time.Now().After(deadline) {
-			return got, nil
-		}
 		select {
+		case <-wake:
+		case <-bound.C:
+			return got, nil
 		case <-c.Request.Context().Done():
 			return got, nil
-		case <-time.After(10 * time.Millisecond):
 		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math/big"
 	"net/http"
 	"strings"
@@ -23,11 +24,27 @@ type JWKSOptions struct {
 	// Client fetches the key set (default: a client with a 5 s timeout).
 	Client *http.Client
 	// TTL is how long a fetched key set is used before it is fetched again
-	// (default 10 min). A token naming an unknown kid triggers an early
-	// fetch, at most once per MinRefresh (default 30 s), so a key rotation
-	// is picked up at once but random kids cannot hammer the endpoint.
+	// (default 10 min); the stale set keeps serving while the new one is
+	// fetched in the background, and for as long as fetching fails. A token
+	// naming an unknown kid triggers an early fetch, at most once per
+	// MinRefresh (default 30 s), so a key rotation is picked up at once but
+	// random kids cannot hammer the endpoint.
 	TTL        time.Duration
 	MinRefresh time.Duration
+	// RetryEmpty is how soon a failed fetch is tried again while no key
+	// set was ever fetched (default 1 s): a fresh replica whose first fetch
+	// failed recovers at once, not after MinRefresh.
+	RetryEmpty time.Duration
+	// FetchTimeout bounds one fetch (default 10 s). Fetches run on a
+	// context of their own, never on the triggering request's, so a client
+	// that hangs up cannot fail a fetch for everyone.
+	FetchTimeout time.Duration
+	// AllowHTTP accepts an http:// URL. Only tests set it: in production
+	// the key set must come over TLS (an attacker on the path could swap
+	// the keys), and there is no environment variable for it.
+	AllowHTTP bool
+	// Log receives failed fetches (default: slog.Default()).
+	Log *slog.Logger
 }
 
 // jwks verifies RS256 tokens with the RSA keys of a JWKS document.
@@ -35,13 +52,12 @@ type jwks struct {
 	url  string
 	opts JWKSOptions
 
-	mu        sync.RWMutex
-	keys      map[string]*rsa.PublicKey
-	fetchedAt time.Time // last successful fetch
-	triedAt   time.Time // last attempt, successful or not
-	lastErr   error
-
-	fetchMu sync.Mutex // one fetch at a time
+	mu        sync.Mutex
+	keys      map[string]*rsa.PublicKey // the last good set; nil before the first
+	fetchedAt time.Time                 // when keys was fetched
+	triedAt   time.Time                 // last attempt, successful or not
+	lastErr   error                     // outcome of the last attempt
+	inflight  chan struct{}             // closed when the running fetch ends; nil when none runs
 }
 
 var errUnknownKey = errors.New("no key with this kid in the key set")
@@ -53,11 +69,17 @@ const minRSABits = 2048
 const maxJWKSBytes = 1 << 20
 
 // NewJWKS verifies RS256 tokens against the key set published at url
-// (production: the identity provider's jwks_uri). Keys are fetched lazily
-// and cached.
+// (production: the identity provider's jwks_uri). The first fetch starts at
+// once in the background; later ones when the set is stale or a token names
+// a kid the set lacks.
 func NewJWKS(url string, o JWKSOptions) (Authenticator, error) {
-	if !strings.HasPrefix(url, "https://") && !strings.HasPrefix(url, "http://") {
-		return nil, fmt.Errorf("JWKS URL must be http(s), got %q", url)
+	switch {
+	case strings.HasPrefix(url, "https://"):
+	case strings.HasPrefix(url, "http://") && o.AllowHTTP:
+	case strings.HasPrefix(url, "http://"):
+		return nil, fmt.Errorf("JWKS URL must be https (the key set decides who is admin), got %q", url)
+	default:
+		return nil, fmt.Errorf("JWKS URL must be https, got %q", url)
 	}
 	if o.Client == nil {
 		o.Client = &http.Client{Timeout: 5 * time.Second}
@@ -68,38 +90,65 @@ func NewJWKS(url string, o JWKSOptions) (Authenticator, error) {
 	if o.MinRefresh == 0 {
 		o.MinRefresh = 30 * time.Second
 	}
+	if o.RetryEmpty == 0 {
+		o.RetryEmpty = time.Second
+	}
+	if o.FetchTimeout == 0 {
+		o.FetchTimeout = 10 * time.Second
+	}
 	if o.Now == nil {
 		o.Now = time.Now
 	}
+	if o.Log == nil {
+		o.Log = slog.Default()
+	}
 	j := &jwks{url: url, opts: o}
-	return newVerifier(jwt.SigningMethodRS256.Alg(), o.JWTOptions, func(ctx context.Context) jwt.Keyfunc {
+	j.startFetch(o.Now())
+	v := newVerifier(jwt.SigningMethodRS256.Alg(), o.JWTOptions, func(ctx context.Context) jwt.Keyfunc {
 		return func(t *jwt.Token) (any, error) {
 			kid, _ := t.Header["kid"].(string)
 			return j.key(ctx, kid)
 		}
-	}), nil
+	})
+	v.jwks = j
+	return v, nil
 }
 
-// key returns the key for kid, fetching the set when it is stale or lacks kid.
+// key returns the key for kid. A known key is answered from the last good
+// set at once (a stale set is refreshed in the background). An unknown kid
+// starts a fetch, if none ran within MinRefresh, and waits for it as long
+// as ctx allows; only the wait is bounded by the request, not the fetch.
 func (j *jwks) key(ctx context.Context, kid string) (*rsa.PublicKey, error) {
 	now := j.opts.Now()
-	j.mu.RLock()
+	j.mu.Lock()
 	k, found := pick(j.keys, kid)
-	fresh := !j.fetchedAt.IsZero() && now.Sub(j.fetchedAt) < j.opts.TTL
-	j.mu.RUnlock()
-	if found && fresh {
+	stale := now.Sub(j.fetchedAt) >= j.opts.TTL
+	j.mu.Unlock()
+	if found {
+		if stale {
+			j.startFetch(now)
+		}
 		return k, nil
 	}
-	if err := j.refresh(ctx, now); err != nil {
-		if found { // the endpoint is down: a known key stays good
-			return k, nil
+	if done := j.startFetch(now); done != nil {
+		select {
+		case <-done:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w: waiting for the key set: %v", ErrKeysUnavailable, ctx.Err())
 		}
-		return nil, err
 	}
-	j.mu.RLock()
-	defer j.mu.RUnlock()
+	j.mu.Lock()
+	defer j.mu.Unlock()
 	if k, ok := pick(j.keys, kid); ok {
 		return k, nil
+	}
+	if j.lastErr != nil {
+		// The kid may be a rotated key we cannot fetch: the token may be
+		// fine, so 503 rather than 401.
+		return nil, j.lastErr
+	}
+	if j.keys == nil {
+		return nil, fmt.Errorf("%w: the key set is being fetched", ErrKeysUnavailable)
 	}
 	return nil, errUnknownKey
 }
@@ -115,33 +164,49 @@ func pick(keys map[string]*rsa.PublicKey, kid string) (*rsa.PublicKey, bool) {
 	return k, ok
 }
 
-// refresh fetches the key set unless another attempt was made within
-// MinRefresh (then the outcome of that attempt stands).
-func (j *jwks) refresh(ctx context.Context, now time.Time) error {
-	j.fetchMu.Lock()
-	defer j.fetchMu.Unlock()
-	j.mu.RLock()
-	recent := !j.triedAt.IsZero() && now.Sub(j.triedAt) < j.opts.MinRefresh
-	lastErr := j.lastErr
-	j.mu.RUnlock()
-	if recent {
-		return lastErr
-	}
-	keys, err := j.fetch(ctx)
+// startFetch starts a background fetch unless one is running (then it
+// returns that one's channel) or one was attempted within MinRefresh
+// (RetryEmpty while there is no key set yet): then it returns nil and the
+// last attempt's outcome stands. The returned channel closes when the
+// fetch ends.
+func (j *jwks) startFetch(now time.Time) <-chan struct{} {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	j.triedAt = now
-	j.lastErr = err
-	if err != nil {
-		return err
+	if j.inflight != nil {
+		return j.inflight
 	}
-	j.keys, j.fetchedAt = keys, now
-	return nil
+	gap := j.opts.MinRefresh
+	if j.keys == nil {
+		gap = min(gap, j.opts.RetryEmpty)
+	}
+	if !j.triedAt.IsZero() && now.Sub(j.triedAt) < gap {
+		return nil
+	}
+	j.triedAt = now
+	done := make(chan struct{})
+	j.inflight = done
+	go func() {
+		// Detached from any request: a caller that goes away neither
+		// cancels the fetch nor leaves a failure behind for the others.
+		ctx, cancel := context.WithTimeout(context.Background(), j.opts.FetchTimeout)
+		defer cancel()
+		keys, err := j.fetch(ctx)
+		j.mu.Lock()
+		j.lastErr = err
+		if err == nil {
+			j.keys, j.fetchedAt = keys, j.opts.Now()
+		}
+		j.inflight = nil
+		j.mu.Unlock()
+		close(done)
+		if err != nil {
+			j.opts.Log.Warn("JWKS fetch failed; the last good key set keeps serving", "err", err)
+		}
+	}()
+	return done
 }
 
 func (j *jwks) fetch(ctx context.Context) (map[string]*rsa.PublicKey, error) {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, j.url, nil)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrKeysUnavailable, err)

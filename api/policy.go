@@ -232,7 +232,7 @@ func (s *server) guard() gin.HandlerFunc {
 			writeError(c, http.StatusForbidden, "forbidden", "this operation needs role "+RoleAdmin, "")
 			return
 		}
-		if pol.write && !g.rateLimit(c, p) {
+		if !g.rateLimit(c, p, pol.write) {
 			return
 		}
 		if pol.claim {

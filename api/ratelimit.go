@@ -77,6 +77,7 @@ func (l *subjectLimiter) sweep(now time.Time) {
 type limits struct {
 	subjects *subjectLimiter // non-admin writes
 	admins   *subjectLimiter // admin writes
+	reads    *subjectLimiter // non-admin reads
 	inflight chan struct{}   // nil: unbounded
 }
 
@@ -84,6 +85,7 @@ func newLimits(sec Security) *limits {
 	l := &limits{
 		subjects: newSubjectLimiter(sec.RatePerSubject, sec.RateBurst),
 		admins:   newSubjectLimiter(sec.AdminRatePerSubject, int(math.Ceil(2*sec.AdminRatePerSubject))),
+		reads:    newSubjectLimiter(sec.ReadRatePerSubject, sec.ReadBurst),
 	}
 	if sec.MaxInflightClaims > 0 {
 		l.inflight = make(chan struct{}, sec.MaxInflightClaims)
@@ -91,11 +93,18 @@ func newLimits(sec Security) *limits {
 	return l
 }
 
-// rateLimit answers 429 with Retry-After when the caller's bucket is empty.
-func (g *guard) rateLimit(c *gin.Context, p Principal) bool {
-	lim := g.limits.subjects
-	if p.Admin() {
+// rateLimit answers 429 with Retry-After when the caller's bucket is empty:
+// writes count against the write buckets (an admin's own), reads of a
+// non-admin against the read bucket; admins' reads are not limited.
+func (g *guard) rateLimit(c *gin.Context, p Principal, write bool) bool {
+	lim, what := g.limits.subjects, "write"
+	switch {
+	case write && p.Admin():
 		lim = g.limits.admins
+	case !write && p.Admin():
+		return true
+	case !write:
+		lim, what = g.limits.reads, "read"
 	}
 	if lim == nil {
 		return true
@@ -107,7 +116,7 @@ func (g *guard) rateLimit(c *gin.Context, p Principal) bool {
 	g.shed.WithLabelValues("rate_limited").Inc()
 	c.Header("Retry-After", strconv.Itoa(max(1, int(math.Ceil(wait.Seconds())))))
 	writeError(c, http.StatusTooManyRequests, "rate_limited",
-		"too many write requests for this subject; retry after the Retry-After seconds", "")
+		"too many "+what+" requests for this subject; retry after the Retry-After seconds", "")
 	return false
 }
 

@@ -384,10 +384,12 @@ func TestComposeAPIHealthcheck(t *testing.T) {
 			t.Errorf("api healthcheck runs %s, which %s does not copy into the runtime image", hc.Test[1], appDockerfile)
 		}
 	}
+	// Probes belong on the internal address (the public /readyz hides
+	// the checks' detail).
 	port := strings.TrimPrefix(strings.SplitN(hc.Test[len(hc.Test)-1], "/readyz", 2)[0], "http://")
-	addr, _ := envValue(api, "HTTP_ADDR")
+	addr, _ := envValue(api, "INTERNAL_HTTP_ADDR")
 	if _, hp, err := net.SplitHostPort(addr); err != nil || !strings.HasSuffix(port, ":"+hp) {
-		t.Errorf("api healthcheck targets %q but HTTP_ADDR is %q", port, addr)
+		t.Errorf("api healthcheck targets %q but INTERNAL_HTTP_ADDR is %q", port, addr)
 	}
 }
 
@@ -585,24 +587,30 @@ var authVariables = []string{"AUTH_MODE", "JWT_SECRET", "JWKS_URL", "JWT_ISSUER"
 // binary's default, with the reason. A variable config.Names() gains must
 // be set in compose or added here.
 var composeDefaulted = map[string]string{
-	"TEMPORAL_CLI":           "only 'claimflow dev' runs a Temporal CLI",
-	"MIGRATE_DATABASE_URL":   "only the migrate service migrates (as the owner); the others never do",
-	"DATABASE_RUNTIME_ROLE":  "read by migrate alone, to grant the runtime role its privileges",
-	"LOG_FORMAT":             "json, what a log collector reads",
-	"RATE_LIMIT_PER_SUBJECT": "the default is the production limit",
-	"RATE_LIMIT_BURST":       "the default is the production limit",
-	"RATE_LIMIT_ADMIN":       "admins are not limited unless the operator says so",
-	"MAX_INFLIGHT_CLAIMS":    "the default sheds only a true overload",
-	"PAYOUT_TIMEOUT":         "5s, the payout activity's bound derives from it",
-	"CONSUMER_TOPICS":        "the default is internal/kafka's topic list",
-	"CONSUMER_BATCH":         "the default is tuned in docs/consumer.md",
-	"ENROLL_MODE":            "batch (group commit) is the production mode",
-	"CLAIM_BATCH_MAX":        "the default is tuned in docs/performance.md",
-	"CLAIM_BATCH_INFLIGHT":   "the default is tuned in docs/performance.md",
-	"CLAIM_BATCH_ATTR_BYTES": "set on the api, the only service that batches",
-	"WORKER_MAX_ACTIVITIES":  "set on the worker, the only service that runs activities",
-	"CONSUMER_GROUP":         "set on the consumer, the only service in the group",
-	"NOTIFY_WEBHOOK_URL":     "optional: unset, notifications go to the table alone",
+	"TEMPORAL_CLI":                "only 'claimflow dev' runs a Temporal CLI",
+	"MIGRATE_DATABASE_URL":        "only the migrate service migrates (as the owner); the others never do",
+	"DATABASE_RUNTIME_ROLE":       "read by migrate alone, to grant the runtime role its privileges",
+	"LOG_FORMAT":                  "json, what a log collector reads",
+	"RATE_LIMIT_PER_SUBJECT":      "the default is the production limit",
+	"RATE_LIMIT_BURST":            "the default is the production limit",
+	"RATE_LIMIT_ADMIN":            "admins are not limited unless the operator says so",
+	"MAX_INFLIGHT_CLAIMS":         "the default sheds only a true overload",
+	"PAYOUT_TIMEOUT":              "5s, the payout activity's bound derives from it",
+	"CONSUMER_TOPICS":             "the default is internal/kafka's topic list",
+	"CONSUMER_BATCH":              "the default is tuned in docs/consumer.md",
+	"ENROLL_MODE":                 "batch (group commit) is the production mode",
+	"CLAIM_BATCH_MAX":             "the default is tuned in docs/performance.md",
+	"CLAIM_BATCH_INFLIGHT":        "the default is tuned in docs/performance.md",
+	"CLAIM_BATCH_ATTR_BYTES":      "set on the api, the only service that batches",
+	"WORKER_MAX_ACTIVITIES":       "set on the worker, the only service that runs activities",
+	"CONSUMER_GROUP":              "set on the consumer, the only service in the group",
+	"REQUEST_TIMEOUT":             "the default bounds each request; documented waits are added per route",
+	"JWT_ROLE_CLAIM":              "hs256 tokens carry role; the name matters only with jwks",
+	"READ_RATE_LIMIT_PER_SUBJECT": "the default is the production limit",
+	"READ_RATE_LIMIT_BURST":       "the default is the production limit",
+	"MAX_CONFIRM_WAITERS":         "the default bounds the waiters of one API process",
+	"INTERNAL_HTTP_ADDR":          "set on the api; the worker and the consumer serve METRICS_ADDR",
+	"NOTIFY_WEBHOOK_URL":          "optional: unset, notifications go to the table alone",
 	// Authentication: the api uses hs256 with JWT_SECRET (authConfigured).
 	"AUTH_MODE":    "hs256, with the operator's JWT_SECRET",
 	"JWKS_URL":     "only with AUTH_MODE=jwks",
@@ -1159,8 +1167,12 @@ func TestPrometheusScrapesComposeServices(t *testing.T) {
 			t.Errorf("temporal exposes metrics on %q but Prometheus does not scrape temporal:%s", ep, port)
 		}
 	}
-	if !targets["api:8080"] {
-		t.Error("Prometheus does not scrape the API (api:8080)")
+	if api, ok := p.Services["api"]; ok {
+		addr, _ := envValue(api, "INTERNAL_HTTP_ADDR")
+		_, port, err := net.SplitHostPort(addr)
+		if err != nil || !targets["api:"+port] {
+			t.Errorf("Prometheus does not scrape the API's internal address (INTERNAL_HTTP_ADDR %q)", addr)
+		}
 	}
 }
 

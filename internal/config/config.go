@@ -39,6 +39,18 @@ const (
 	DefaultMaxInflightClaims = 8192
 	defaultRatePerSubject    = 50
 	defaultRateBurst         = 100
+	defaultReadRate          = 50
+	defaultReadBurst         = 100
+	// DefaultConfirmWaiters bounds the ?wait=confirmed requests one API
+	// process holds at once; each costs a goroutine and a channel, not a
+	// database connection.
+	DefaultConfirmWaiters = 1024
+	// DefaultRequestTimeout bounds a request's own database and Temporal
+	// calls; a route that waits for a claim's decision gets that wait on
+	// top (api.Config.RequestTimeout).
+	DefaultRequestTimeout = "5s"
+	// DefaultRoleClaim is the claim a token's role is read from.
+	DefaultRoleClaim = "role"
 )
 
 // The two database roles (docs/security.md#database-roles): the owner
@@ -69,6 +81,8 @@ var variables = []variable{
 	{"KAFKA_BROKERS", "127.0.0.1:9092", "comma-separated Kafka bootstrap brokers"},
 	{"KAFKA_VERSION", "", "Kafka protocol version (empty: the client's default)"},
 	{"HTTP_ADDR", "127.0.0.1:8080", "API listen address"},
+	{"INTERNAL_HTTP_ADDR", "", "address of /metrics, /healthz and the detailed /readyz (empty: all on HTTP_ADDR)"},
+	{"REQUEST_TIMEOUT", DefaultRequestTimeout, "bound of a request's own work; routes waiting for a decision get that wait on top"},
 	{"METRICS_ADDR", "127.0.0.1:9464", "/metrics of processes without an API"},
 	{"LOG_LEVEL", "info", "debug, info, warn or error"},
 	{"LOG_FORMAT", "json", "json or text"},
@@ -77,11 +91,15 @@ var variables = []variable{
 	{"AUTH_MODE", AuthHS256, "hs256, jwks or off (off needs --insecure-no-auth)"},
 	{"JWT_SECRET", "", "HS256 secret, at least 32 bytes"},
 	{"JWKS_URL", "", "RS256 key set (AUTH_MODE=jwks)"},
-	{"JWT_ISSUER", "", "required iss claim (empty: not checked)"},
-	{"JWT_AUDIENCE", "", "required aud claim (empty: not checked)"},
+	{"JWT_ISSUER", "", "required iss claim (empty: not checked; AUTH_MODE=jwks requires it)"},
+	{"JWT_AUDIENCE", "", "required aud claim (empty: not checked; AUTH_MODE=jwks requires it)"},
+	{"JWT_ROLE_CLAIM", DefaultRoleClaim, "claim holding the role of an RS256 token (AUTH_MODE=jwks)"},
 	{"RATE_LIMIT_PER_SUBJECT", strconv.Itoa(defaultRatePerSubject), "writes per second of a non-admin subject (0: unlimited)"},
 	{"RATE_LIMIT_BURST", strconv.Itoa(defaultRateBurst), "burst of a non-admin subject's writes"},
 	{"RATE_LIMIT_ADMIN", "0", "writes per second of an admin (0: unlimited)"},
+	{"READ_RATE_LIMIT_PER_SUBJECT", strconv.Itoa(defaultReadRate), "reads per second of a non-admin subject (0: unlimited)"},
+	{"READ_RATE_LIMIT_BURST", strconv.Itoa(defaultReadBurst), "burst of a non-admin subject's reads"},
+	{"MAX_CONFIRM_WAITERS", strconv.Itoa(DefaultConfirmWaiters), "?wait=confirmed requests held at once per API process (beyond: 202 at once)"},
 	{"MAX_INFLIGHT_CLAIMS", strconv.Itoa(DefaultMaxInflightClaims), "requests waiting on Temporal at once"},
 	{"VENDOR_PAYOUT_URL", "http://127.0.0.1:8090/payouts", "vendors' payout API"},
 	{"PAYOUT_TIMEOUT", "5s", "bound of one payout call (at most 15s)"},
@@ -135,7 +153,12 @@ type Config struct {
 	KafkaBrokers    []string
 	KafkaVersion    string
 	HTTPAddr        string
-	LogLevel        slog.Level
+	// InternalHTTPAddr, when set, serves /metrics, /healthz and the
+	// detailed /readyz apart from the public HTTPAddr.
+	InternalHTTPAddr string
+	// RequestTimeout bounds a request's own database and Temporal calls.
+	RequestTimeout time.Duration
+	LogLevel       slog.Level
 	// MaxActivities bounds concurrent activities per worker process.
 	MaxActivities int
 	// ShutdownTimeout bounds graceful shutdown after SIGTERM.
@@ -214,16 +237,17 @@ func (e env) positive(name string) (int, error) {
 func load(lookup func(string) (string, bool)) (Config, error) {
 	e := env{lookup: lookup, set: map[string]bool{}}
 	c := Config{
-		DatabaseURL:     e.get("DATABASE_URL"),
-		TemporalAddress: e.get("TEMPORAL_ADDRESS"),
-		Namespace:       e.get("TEMPORAL_NAMESPACE"),
-		TemporalUIURL:   e.get("TEMPORAL_UI_URL"),
-		KafkaBrokers:    strings.Split(e.get("KAFKA_BROKERS"), ","),
-		KafkaVersion:    e.get("KAFKA_VERSION"),
-		HTTPAddr:        e.get("HTTP_ADDR"),
-		MetricsAddr:     e.get("METRICS_ADDR"),
-		LogFormat:       e.get("LOG_FORMAT"),
-		set:             e.set,
+		DatabaseURL:      e.get("DATABASE_URL"),
+		TemporalAddress:  e.get("TEMPORAL_ADDRESS"),
+		Namespace:        e.get("TEMPORAL_NAMESPACE"),
+		TemporalUIURL:    e.get("TEMPORAL_UI_URL"),
+		KafkaBrokers:     strings.Split(e.get("KAFKA_BROKERS"), ","),
+		KafkaVersion:     e.get("KAFKA_VERSION"),
+		HTTPAddr:         e.get("HTTP_ADDR"),
+		InternalHTTPAddr: e.get("INTERNAL_HTTP_ADDR"),
+		MetricsAddr:      e.get("METRICS_ADDR"),
+		LogFormat:        e.get("LOG_FORMAT"),
+		set:              e.set,
 	}
 	_ = e.get("TEMPORAL_CLI") // read by internal/devstack; listed here so deployments may set it
 	if err := loadDatabase(e, &c); err != nil {
@@ -255,6 +279,10 @@ func load(lookup func(string) (string, bool)) (Config, error) {
 	c.ShutdownTimeout, err = time.ParseDuration(e.get("SHUTDOWN_TIMEOUT"))
 	if err != nil {
 		return c, fmt.Errorf("SHUTDOWN_TIMEOUT: %w", err)
+	}
+	c.RequestTimeout, err = time.ParseDuration(e.get("REQUEST_TIMEOUT"))
+	if err != nil || c.RequestTimeout < 100*time.Millisecond || c.RequestTimeout > time.Minute {
+		return c, fmt.Errorf("REQUEST_TIMEOUT must be a duration from 100ms to 1m, got %q", e.raw("REQUEST_TIMEOUT"))
 	}
 	c.PayoutURL = e.get("VENDOR_PAYOUT_URL")
 	c.PayoutTimeout, err = time.ParseDuration(e.get("PAYOUT_TIMEOUT"))

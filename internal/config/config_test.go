@@ -9,7 +9,8 @@ import (
 )
 
 func TestLoadSecurityDefaults(t *testing.T) {
-	for _, v := range []string{"AUTH_MODE", "JWT_SECRET", "JWKS_URL", "RATE_LIMIT_PER_SUBJECT", "RATE_LIMIT_BURST", "RATE_LIMIT_ADMIN", "MAX_INFLIGHT_CLAIMS"} {
+	for _, v := range []string{"AUTH_MODE", "JWT_SECRET", "JWKS_URL", "JWT_ROLE_CLAIM", "RATE_LIMIT_PER_SUBJECT", "RATE_LIMIT_BURST", "RATE_LIMIT_ADMIN",
+		"READ_RATE_LIMIT_PER_SUBJECT", "READ_RATE_LIMIT_BURST", "MAX_CONFIRM_WAITERS", "MAX_INFLIGHT_CLAIMS", "REQUEST_TIMEOUT", "INTERNAL_HTTP_ADDR"} {
 		t.Setenv(v, "")
 	}
 	cfg, err := Load()
@@ -18,11 +19,17 @@ func TestLoadSecurityDefaults(t *testing.T) {
 	}
 	s := cfg.Security
 	if s.AuthMode != AuthHS256 || s.InsecureNoAuth || s.RatePerSubject != defaultRatePerSubject ||
-		s.RateBurst != defaultRateBurst || s.AdminRate != 0 || s.MaxInflightClaims != DefaultMaxInflightClaims {
+		s.RateBurst != defaultRateBurst || s.AdminRate != 0 || s.MaxInflightClaims != DefaultMaxInflightClaims ||
+		s.RoleClaim != DefaultRoleClaim || s.ReadRate != defaultReadRate || s.ReadBurst != defaultReadBurst ||
+		s.MaxConfirmWaiters != DefaultConfirmWaiters {
 		t.Fatalf("defaults = %+v", s)
 	}
+	if cfg.RequestTimeout.String() != DefaultRequestTimeout || cfg.InternalHTTPAddr != "" {
+		t.Fatalf("REQUEST_TIMEOUT = %s, INTERNAL_HTTP_ADDR = %q", cfg.RequestTimeout, cfg.InternalHTTPAddr)
+	}
 	for name, value := range map[string]string{"AUTH_MODE": "none", "RATE_LIMIT_PER_SUBJECT": "-1", "RATE_LIMIT_BURST": "0",
-		"RATE_LIMIT_ADMIN": "x", "MAX_INFLIGHT_CLAIMS": "0"} {
+		"RATE_LIMIT_ADMIN": "x", "MAX_INFLIGHT_CLAIMS": "0", "JWT_ROLE_CLAIM": "  ", "READ_RATE_LIMIT_PER_SUBJECT": "-2",
+		"READ_RATE_LIMIT_BURST": "0", "MAX_CONFIRM_WAITERS": "-1", "REQUEST_TIMEOUT": "10ms"} {
 		t.Run(name, func(t *testing.T) {
 			t.Setenv(name, value)
 			if _, err := Load(); err == nil || !strings.Contains(err.Error(), name) {

@@ -31,6 +31,8 @@ type Security struct {
 	JWKSURL   string
 	Issuer    string
 	Audience  string
+	// RoleClaim names the claim an RS256 token carries its role in.
+	RoleClaim string
 	// InsecureNoAuth is set by the --insecure-no-auth flag only.
 	InsecureNoAuth bool
 	// RatePerSubject and RateBurst limit a non-admin subject's writes;
@@ -38,6 +40,12 @@ type Security struct {
 	RatePerSubject float64
 	RateBurst      int
 	AdminRate      float64
+	// ReadRate and ReadBurst limit a non-admin subject's reads (0: not
+	// limited).
+	ReadRate  float64
+	ReadBurst int
+	// MaxConfirmWaiters bounds the ?wait=confirmed requests held at once.
+	MaxConfirmWaiters int
 	// MaxInflightClaims bounds requests waiting on Temporal at once.
 	MaxInflightClaims int
 }
@@ -55,6 +63,10 @@ func loadSecurity(e env, s *Security) error {
 	s.JWKSURL = e.get("JWKS_URL")
 	s.Issuer = e.get("JWT_ISSUER")
 	s.Audience = e.get("JWT_AUDIENCE")
+	s.RoleClaim = strings.TrimSpace(e.get("JWT_ROLE_CLAIM"))
+	if s.RoleClaim == "" {
+		return fmt.Errorf("JWT_ROLE_CLAIM must name a claim, got %q", e.raw("JWT_ROLE_CLAIM"))
+	}
 	var err error
 	if s.RatePerSubject, err = strconv.ParseFloat(e.get("RATE_LIMIT_PER_SUBJECT"), 64); err != nil || s.RatePerSubject < 0 {
 		return fmt.Errorf("RATE_LIMIT_PER_SUBJECT must be requests per second (0: unlimited), got %q", e.raw("RATE_LIMIT_PER_SUBJECT"))
@@ -64,6 +76,15 @@ func loadSecurity(e env, s *Security) error {
 	}
 	if s.AdminRate, err = strconv.ParseFloat(e.get("RATE_LIMIT_ADMIN"), 64); err != nil || s.AdminRate < 0 {
 		return fmt.Errorf("RATE_LIMIT_ADMIN must be requests per second (0: admins unlimited), got %q", e.raw("RATE_LIMIT_ADMIN"))
+	}
+	if s.ReadRate, err = strconv.ParseFloat(e.get("READ_RATE_LIMIT_PER_SUBJECT"), 64); err != nil || s.ReadRate < 0 {
+		return fmt.Errorf("READ_RATE_LIMIT_PER_SUBJECT must be requests per second (0: unlimited), got %q", e.raw("READ_RATE_LIMIT_PER_SUBJECT"))
+	}
+	if s.ReadBurst, err = e.positive("READ_RATE_LIMIT_BURST"); err != nil {
+		return err
+	}
+	if s.MaxConfirmWaiters, err = e.positive("MAX_CONFIRM_WAITERS"); err != nil {
+		return err
 	}
 	if s.MaxInflightClaims, err = e.positive("MAX_INFLIGHT_CLAIMS"); err != nil {
 		return err

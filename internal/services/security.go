@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"path/filepath"
+	"strings"
 
 	"github.com/claimflow/claimflow/api"
 	"github.com/claimflow/claimflow/internal/config"
@@ -19,6 +20,9 @@ func APISecurity(s config.Security, log *slog.Logger) (api.Security, error) {
 		RatePerSubject:      s.RatePerSubject,
 		RateBurst:           s.RateBurst,
 		AdminRatePerSubject: s.AdminRate,
+		ReadRatePerSubject:  s.ReadRate,
+		ReadBurst:           s.ReadBurst,
+		MaxConfirmWaiters:   s.MaxConfirmWaiters,
 		MaxInflightClaims:   s.MaxInflightClaims,
 	}
 	opts := api.JWTOptions{Issuer: s.Issuer, Audience: s.Audience}
@@ -33,11 +37,26 @@ func APISecurity(s config.Security, log *slog.Logger) (api.Security, error) {
 		if s.JWKSURL == "" {
 			return sec, errors.New("AUTH_MODE=jwks needs JWKS_URL")
 		}
-		sec.Auth, err = api.NewJWKS(s.JWKSURL, api.JWKSOptions{JWTOptions: opts})
+		// A shared identity provider issues tokens for many applications:
+		// without both checks, an admin of any of them is an admin here.
+		var missing []string
+		if s.Issuer == "" {
+			missing = append(missing, "JWT_ISSUER")
+		}
+		if s.Audience == "" {
+			missing = append(missing, "JWT_AUDIENCE")
+		}
+		if len(missing) > 0 {
+			return sec, fmt.Errorf("AUTH_MODE=jwks needs %s: tokens of the identity provider issued for other applications would be accepted",
+				strings.Join(missing, " and "))
+		}
+		opts.RoleClaim = s.RoleClaim
+		sec.Auth, err = api.NewJWKS(s.JWKSURL, api.JWKSOptions{JWTOptions: opts, Log: log.With("component", "jwks")})
 		if err != nil {
 			return sec, fmt.Errorf("JWKS_URL: %w", err)
 		}
-		log.Info("API authenticates RS256 tokens", "jwks_url", config.RedactURL(s.JWKSURL), "issuer", s.Issuer, "audience", s.Audience)
+		log.Info("API authenticates RS256 tokens", "jwks_url", config.RedactURL(s.JWKSURL), "issuer", s.Issuer,
+			"audience", s.Audience, "role_claim", s.RoleClaim)
 	default:
 		if s.JWTSecret == "" {
 			return sec, errors.New("AUTH_MODE=hs256 needs JWT_SECRET (at least 32 bytes); or set AUTH_MODE=jwks with JWKS_URL")

@@ -10,6 +10,7 @@ import (
 )
 
 func TestAPISecurityNeverDefaultsToOff(t *testing.T) {
+	const idp = "https://idp.example"
 	log := slog.New(slog.DiscardHandler)
 	for _, tc := range []struct {
 		name string
@@ -19,7 +20,11 @@ func TestAPISecurityNeverDefaultsToOff(t *testing.T) {
 		{"hs256 without secret", config.Security{AuthMode: config.AuthHS256}, "needs JWT_SECRET"},
 		{"short secret", config.Security{AuthMode: config.AuthHS256, JWTSecret: "short"}, "at least 32 bytes"},
 		{"jwks without URL", config.Security{AuthMode: config.AuthJWKS}, "needs JWKS_URL"},
-		{"jwks with a file URL", config.Security{AuthMode: config.AuthJWKS, JWKSURL: "file:///keys"}, "http(s)"},
+		{"jwks with a file URL", config.Security{AuthMode: config.AuthJWKS, JWKSURL: "file:///keys", Issuer: idp, Audience: "claimflow"}, "https"},
+		{"jwks over http", config.Security{AuthMode: config.AuthJWKS, JWKSURL: "http://idp.example/jwks", Issuer: idp, Audience: "claimflow"}, "https"},
+		{"jwks without issuer", config.Security{AuthMode: config.AuthJWKS, JWKSURL: idp + "/jwks", Audience: "claimflow"}, "needs JWT_ISSUER:"},
+		{"jwks without audience", config.Security{AuthMode: config.AuthJWKS, JWKSURL: idp + "/jwks", Issuer: idp}, "needs JWT_AUDIENCE:"},
+		{"jwks without either", config.Security{AuthMode: config.AuthJWKS, JWKSURL: idp + "/jwks"}, "needs JWT_ISSUER and JWT_AUDIENCE"},
 		{"off without the flag", config.Security{AuthMode: config.AuthOff}, "--insecure-no-auth"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -32,8 +37,9 @@ func TestAPISecurityNeverDefaultsToOff(t *testing.T) {
 	if err != nil || !sec.InsecureNoAuth {
 		t.Fatalf("the flag did not switch auth off: %+v %v", sec, err)
 	}
-	sec, err = APISecurity(config.Security{AuthMode: config.AuthJWKS, JWKSURL: "https://idp.example/jwks", MaxInflightClaims: 7}, log)
-	if err != nil || sec.Auth == nil || sec.MaxInflightClaims != 7 {
+	sec, err = APISecurity(config.Security{AuthMode: config.AuthJWKS, JWKSURL: idp + "/jwks", Issuer: idp, Audience: "claimflow",
+		RoleClaim: "claimflow_role", MaxInflightClaims: 7, ReadRate: 3, ReadBurst: 4, MaxConfirmWaiters: 5}, log)
+	if err != nil || sec.Auth == nil || sec.MaxInflightClaims != 7 || sec.ReadRatePerSubject != 3 || sec.ReadBurst != 4 || sec.MaxConfirmWaiters != 5 {
 		t.Fatalf("jwks: %+v %v", sec, err)
 	}
 }
@@ -45,7 +51,8 @@ func TestSecretsStayOutOfLogs(t *testing.T) {
 	if _, err := APISecurity(config.Security{AuthMode: config.AuthHS256, JWTSecret: secret}, log); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := APISecurity(config.Security{AuthMode: config.AuthJWKS, JWKSURL: "https://user:pw-do-not-log@idp.example/jwks"}, log); err != nil {
+	if _, err := APISecurity(config.Security{AuthMode: config.AuthJWKS, JWKSURL: "https://user:pw-do-not-log@idp.example/jwks",
+		Issuer: "https://idp.example", Audience: "claimflow"}, log); err != nil {
 		t.Fatal(err)
 	}
 	if strings.Contains(buf.String(), "do-not-log") {

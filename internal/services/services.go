@@ -26,7 +26,6 @@ import (
 	"github.com/claimflow/claimflow/internal/kafka"
 	"github.com/claimflow/claimflow/internal/store"
 	"github.com/claimflow/claimflow/worker"
-	"github.com/claimflow/claimflow/workflows"
 )
 
 // KafkaConfig is the Kafka client configuration of cfg for clientID.
@@ -58,11 +57,15 @@ func DialTemporal(ctx context.Context, cfg config.Config, log *slog.Logger, tel 
 
 // APIService is a running HTTP API.
 type APIService struct {
-	server  *http.Server
-	handler *api.Handler
-	done    chan struct{} // closed when Serve returned; err says why
-	err     error
-	Addr    string
+	server   *http.Server
+	internal *http.Server // nil without INTERNAL_HTTP_ADDR
+	handler  *api.Handler
+	done     chan struct{} // closed when Serve returned; err says why
+	err      error
+	Addr     string
+	// InternalAddr serves /metrics, /healthz and the detailed /readyz
+	// when INTERNAL_HTTP_ADDR is set; empty otherwise.
+	InternalAddr string
 }
 
 // Done is closed when the server stopped serving; Err then says why.
@@ -83,16 +86,18 @@ func StartAPI(cfg config.Config, log *slog.Logger, pool *pgxpool.Pool, tc client
 			MaxAttrBytes: cfg.ClaimBatchAttrBytes}
 	}
 	handler := api.New(api.Config{
-		Security:      security,
-		Batching:      batching,
-		Metrics:       tel.Registry,
-		Gatherer:      tel.Registry,
-		Temporal:      tc,
-		DB:            pool,
-		Log:           log.With("component", "api"),
-		UIURL:         cfg.TemporalUIURL,
-		Namespace:     cfg.Namespace,
-		PayoutTimeout: cfg.PayoutTimeout,
+		Security:         security,
+		Batching:         batching,
+		Metrics:          tel.Registry,
+		Gatherer:         tel.Registry,
+		Temporal:         tc,
+		DB:               pool,
+		Log:              log.With("component", "api"),
+		UIURL:            cfg.TemporalUIURL,
+		Namespace:        cfg.Namespace,
+		PayoutTimeout:    cfg.PayoutTimeout,
+		RequestTimeout:   cfg.RequestTimeout,
+		SeparateInternal: cfg.InternalHTTPAddr != "",
 		Checks: map[string]api.Check{
 			"postgres": pool.Ping,
 			"temporal": func(ctx context.Context) error {
@@ -106,6 +111,7 @@ func StartAPI(cfg config.Config, log *slog.Logger, pool *pgxpool.Pool, tc client
 	})
 	ln, err := net.Listen("tcp", cfg.HTTPAddr)
 	if err != nil {
+		handler.Close()
 		return nil, fmt.Errorf("listen on %s (HTTP_ADDR): %w", cfg.HTTPAddr, err)
 	}
 	s := &APIService{
@@ -114,27 +120,56 @@ func StartAPI(cfg config.Config, log *slog.Logger, pool *pgxpool.Pool, tc client
 			Handler:           handler,
 			ReadHeaderTimeout: 5 * time.Second,
 			ReadTimeout:       10 * time.Second,
-			// Long enough for the slowest decision a request may wait
-			// for (a coupon use, whose payout policy runs first).
-			WriteTimeout: writeTimeout(cfg),
+			// Outlasts the longest route's deadline (a coupon use,
+			// whose payout policy runs first), so an answer is never cut
+			// off mid-write.
+			WriteTimeout: handler.LongestRequest() + 10*time.Second,
 			IdleTimeout:  120 * time.Second,
 		},
 		done: make(chan struct{}),
 		Addr: ln.Addr().String(),
 	}
-	go func() {
-		defer close(s.done)
-		if err := s.server.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
-			s.err = err
+	var internalLn net.Listener
+	if cfg.InternalHTTPAddr != "" {
+		if internalLn, err = net.Listen("tcp", cfg.InternalHTTPAddr); err != nil {
+			_ = ln.Close()
+			handler.Close()
+			return nil, fmt.Errorf("listen on %s (INTERNAL_HTTP_ADDR): %w", cfg.InternalHTTPAddr, err)
 		}
+		s.InternalAddr = internalLn.Addr().String()
+		s.internal = &http.Server{Handler: handler.Internal, ReadHeaderTimeout: 5 * time.Second,
+			ReadTimeout: 10 * time.Second, WriteTimeout: 30 * time.Second, IdleTimeout: 120 * time.Second}
+	}
+	go func() {
+		// done closes when either server stops: a dead probe address takes
+		// the replica out as surely as a dead API.
+		defer close(s.done)
+		errs := make(chan error, 2)
+		go func() { errs <- serveUntilClosed(s.server, ln) }()
+		if s.internal != nil {
+			go func() { errs <- serveUntilClosed(s.internal, internalLn) }()
+			log.Info("API internal address listening", "addr", "http://"+s.InternalAddr, "serves", "/metrics /healthz /readyz")
+		}
+		s.err = <-errs
 	}()
 	log.Info("API listening", "addr", "http://"+s.Addr)
 	return s, nil
 }
 
+// serveUntilClosed serves ln until srv is shut down (nil) or fails.
+func serveUntilClosed(srv *http.Server, ln net.Listener) error {
+	if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
 // Stop lets in-flight requests finish, up to ctx.
 func (s *APIService) Stop(ctx context.Context) error {
 	err := s.server.Shutdown(ctx)
+	if s.internal != nil {
+		err = errors.Join(err, s.internal.Shutdown(ctx))
+	}
 	<-s.done
 	s.handler.Close()
 	return errors.Join(err, s.err)
@@ -285,14 +320,4 @@ func (c *Connection) Close() {
 		c.closers[i]()
 	}
 	c.closers = nil
-}
-
-// writeTimeout outlasts the longest wait for a decision, so the answer is
-// never cut off mid-write.
-func writeTimeout(cfg config.Config) time.Duration {
-	wait, err := workflows.DecisionDeadline(workflows.ClaimUseCoupon, cfg.PayoutTimeout)
-	if err != nil {
-		return 40 * time.Second
-	}
-	return max(40*time.Second, wait+10*time.Second)
 }
