@@ -130,6 +130,8 @@ func New(cfg Config) *Handler {
 	v1.GET("/dead-letters/:id", s.getDeadLetter)
 	v1.POST("/dead-letters/:id/retry", s.retryDeadLetter)
 	v1.POST("/dead-letters/:id/compensate", s.compensateDeadLetter)
+	v1.POST("/dead-letters/retry", s.retryDeadLetters)
+	v1.POST("/dead-letters/compensate", s.compensateDeadLetters)
 	v1.POST("/vendors", s.createVendor)
 	v1.GET("/vendors/:id", s.getVendor)
 	v1.POST("/coupon-types", s.createCouponType)
