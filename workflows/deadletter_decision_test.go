@@ -19,8 +19,8 @@ import (
 // run is retrying) is dropped.
 func TestDeadLetterDecisionsNameWhatTheyDecide(t *testing.T) {
 	const (
-		dlID     = 101             // the fake's first dead-letter row
-		dlAt     = time.Minute     // the first round is open from 7 s
+		dlID     = 101         // the fake's first dead-letter row
+		dlAt     = time.Minute // the first round is open from 7 s
 		retryEnd = dlAt + 7*time.Second
 		laterAt  = 5 * time.Minute // the second round is open from dlAt+7s
 	)
