@@ -44,8 +44,9 @@ type Config struct {
 	Namespace string
 	// Checks are run by /readyz, by name.
 	Checks map[string]Check
-	// DecisionTimeout bounds how long a request waits for its claim to be
-	// decided before it answers 503 (the claim goes on and can be queried).
+	// DecisionTimeout is the least a request waits for its claim to be
+	// decided; it waits longer when the workflow's own options let the
+	// decision take longer (workflows.DecisionDeadline, see decisionWait).
 	DecisionTimeout time.Duration
 	// PayoutTimeout is the PAYOUT_TIMEOUT the workers run with: a use's
 	// run sizes its payout attempts by it, and a use request waits as long
@@ -103,7 +104,8 @@ func New(cfg Config) *Handler {
 	s.metrics = newMetrics(s)
 	var closeFn func()
 	if cfg.Batching != nil {
-		s.batcher = newClaimBatcher(cfg.Temporal, cfg.Log.With("component", "batcher"), *cfg.Batching, cfg.DecisionTimeout)
+		s.batcher = newClaimBatcher(cfg.Temporal, cfg.Log.With("component", "batcher"), *cfg.Batching,
+			s.decisionWait(workflows.ClaimEnrollmentBatch))
 		closeFn = s.batcher.close
 	}
 	gin.SetMode(gin.ReleaseMode)

@@ -361,4 +361,38 @@ func TestDeadLetterDecisionsAreTakenOnce(t *testing.T) {
 			t.Errorf("a student's bulk retry = %d, want 403", rec.Code)
 		}
 	})
+
+	// A coupon use waits as long as the workflow's own options let its
+	// decision take; once its run accepted it, a wait that ends undecided
+	// answers 202 with the coupon's status URL, not 503.
+	t.Run("an undecided use answers 202 with its status URL after the derived wait", func(t *testing.T) {
+		if _, err := db.Exec(ctx, `
+			INSERT INTO vendors (id, name) VALUES ('v-wait', 'v');
+			INSERT INTO coupon_types (id, vendor_id, name, stock, issued, payout_cents) VALUES ('t-wait', 'v-wait', 't', 5, 1, 100);
+			INSERT INTO coupons (id, type_id, user_id, status, workflow_id, run_id, requested_at, issued_at)
+			VALUES ('cp-wait', 't-wait', 'u-1', 'issued', 'wf', 'run', now(), now())`); err != nil {
+			t.Fatal(err)
+		}
+		tmp := &signalTemporal{}
+		a := newDeadLetterAPI(t, db, tmp)
+		rec := a.call(http.MethodPost, "/v1/coupons/cp-wait/use", admin, map[string]any{"user_id": "u-1"})
+		if rec.Code != http.StatusAccepted {
+			t.Fatalf("= %d %s, want 202", rec.Code, rec.Body.String())
+		}
+		body := decodeBody(t, rec.Body.Bytes())
+		if rec.Header().Get("Location") != "/v1/coupons/cp-wait" || body["status_url"] != "/v1/coupons/cp-wait" ||
+			body["status"] != "pending" || body["use_id"] == "" || body["run_id"] != "run-use" {
+			t.Errorf("202 with Location %q and %v, want the coupon's status URL", rec.Header().Get("Location"), body)
+		}
+		want, err := workflows.DecisionDeadline(workflows.ClaimUseCoupon, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tmp.mu.Lock()
+		waits := slices.Clone(tmp.waits)
+		tmp.mu.Unlock()
+		if len(waits) != 1 || waits[0] > want || waits[0] < want-5*time.Second {
+			t.Errorf("the use waited %v, want the workflow's decision deadline %v", waits, want)
+		}
+	})
 }
