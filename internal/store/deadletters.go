@@ -66,10 +66,11 @@ type DeadLetterFilter struct {
 // holds at the same moment are skipped, not waited for, so concurrent bulk
 // calls decide disjoint sets.
 func DecideDeadLetters(ctx context.Context, db DB, f DeadLetterFilter, state string, limit int) ([]DeadLetter, error) {
+	// The picked rows are a materialized CTE: a LIMIT in an IN (…)
+	// subquery of the UPDATE may be evaluated more than once and pick more.
 	rows, err := db.Query(ctx, `
-		UPDATE dead_letters SET status = $1, updated_at = now()
-		WHERE status = '`+DeadLetterOpen+`' AND id IN (
-			SELECT id FROM dead_letters
+		WITH picked AS MATERIALIZED (
+			SELECT id AS picked_id FROM dead_letters
 			WHERE status = '`+DeadLetterOpen+`'
 				AND ($2 = '' OR stage = $2)
 				AND ($3 = '' OR topic = $3)
@@ -80,6 +81,9 @@ func DecideDeadLetters(ctx context.Context, db DB, f DeadLetterFilter, state str
 			ORDER BY id
 			LIMIT $8
 			FOR UPDATE SKIP LOCKED)
+		UPDATE dead_letters d SET status = $1, updated_at = now()
+		FROM picked
+		WHERE d.id = picked.picked_id AND d.status = '`+DeadLetterOpen+`'
 		RETURNING `+deadLetterColumns,
 		state, f.Stage, f.Topic, f.CourseID, f.CouponTypeID, f.OpenedBefore, f.OpenedAfter, limit)
 	if err != nil {
