@@ -56,7 +56,7 @@ func (p parked) accepts(d DeadLetterDecision) bool {
 // activity reported it).
 func parkedAt(rec DeadLetterRecord, round int) parked {
 	if rec.Round > 0 {
-		return parked{ID: rec.ID, Round: rec.Round}
+		return parked(rec)
 	}
 	return parked{ID: rec.ID, Round: round}
 }
