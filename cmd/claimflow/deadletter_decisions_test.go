@@ -189,3 +189,47 @@ func TestDeadLetterDecisions(t *testing.T) {
 		}
 	})
 }
+
+// recordNamedDecisions is the recorder's step (TestRecordHistories) for
+// enrollment_dead_letter_named_decisions: an Enrollment run (ENROLL_MODE
+// single, through api) dead-letters its event; two concurrent retries, of
+// which the API takes one; round 2 dead-letters; a stale decision for round
+// 1 is signalled straight to the run and ignored; a compensate of round 2
+// releases the seat.
+func recordNamedDecisions(t *testing.T, s *stack, rec *historyRecorder, admin, api *apiClient, course, run string) {
+	t.Helper()
+	removeFault := failProduces(t, s, workflows.EnrollmentTopic)
+	e := api.must("POST", "/v1/courses/"+course+"/enrollments", map[string]any{"student_id": "named-" + run}, http.StatusCreated)
+	id := e["id"].(string)
+	dl := waitDeadLetter(t, admin, id)
+	path := fmt.Sprintf("/v1/dead-letters/%v/", dl["id"])
+	var codes [2]int
+	var wg sync.WaitGroup
+	for i := range codes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			codes[i], _, _ = admin.do("POST", path+"retry", nil)
+		}()
+	}
+	wg.Wait()
+	if codes[0]+codes[1] != http.StatusAccepted+http.StatusConflict {
+		t.Fatalf("two concurrent retries answered %v, want 202 and 409", codes)
+	}
+	waitFor(t, 60*time.Second, "round 2 of the dead letter", func() bool {
+		_, got, _ := admin.do("GET", fmt.Sprintf("/v1/dead-letters/%v", dl["id"]), nil)
+		return got["rounds"] == float64(2) && got["status"] == "open"
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := s.Client.SignalWorkflow(ctx, dl["workflow_id"].(string), dl["run_id"].(string), workflows.SignalDeadLetter,
+		workflows.DeadLetterDecision{Action: workflows.ActionRetry, DeadLetterID: int64(dl["id"].(float64)), Round: 1}); err != nil {
+		t.Fatalf("signal a stale decision: %v", err)
+	}
+	removeFault()
+	admin.must("POST", path+"compensate", nil, http.StatusAccepted)
+	rec.record("enrollment_dead_letter_named_decisions", dl["workflow_id"].(string), dl["run_id"].(string))
+	if got := admin.must("GET", "/v1/enrollments/"+id, nil, http.StatusOK); got["status"] != "failed" {
+		t.Fatalf("enrollment after the compensate of round 2: %v, want failed", got)
+	}
+}
