@@ -20,9 +20,8 @@ type deadLetter = store.DeadLetter
 
 var deadLetterStates = map[string]bool{
 	string(workflows.DeadLetterOpen): true, string(workflows.DeadLetterRetrying): true,
-	string(workflows.DeadLetterCompensating): true,
-	string(workflows.DeadLetterResolved):     true, string(workflows.DeadLetterCompensated): true,
-	string(workflows.DeadLetterDiscarded): true,
+	string(workflows.DeadLetterCompensating): true, string(workflows.DeadLetterResolved): true,
+	string(workflows.DeadLetterCompensated): true, string(workflows.DeadLetterDiscarded): true,
 }
 
 func (s *server) listDeadLetters(c *gin.Context) {
