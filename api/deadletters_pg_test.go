@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.temporal.io/sdk/client"
 
+	"github.com/claimflow/claimflow/internal/store/pgtest"
 	"github.com/claimflow/claimflow/workflows"
 )
 
@@ -145,7 +146,7 @@ func TestDeadLetterDecisionsAreTakenOnce(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	db := ownershipTestDB(ctx, t)
+	db, p := pgtest.DB(t)
 	admin := token(t, "admin-1", RoleAdmin, time.Hour)
 	base := time.Date(2026, 12, 1, 5, 0, 0, 0, time.UTC)
 
@@ -153,7 +154,7 @@ func TestDeadLetterDecisionsAreTakenOnce(t *testing.T) {
 		for _, action := range []workflows.DeadLetterAction{workflows.ActionCompensate, workflows.ActionRetry} {
 			tmp := &signalTemporal{}
 			a := newDeadLetterAPI(t, db, tmp)
-			id := addDeadLetter(ctx, t, db, "one-"+string(action), "publish", "c-one", base, 2)
+			id := addDeadLetter(ctx, t, db, p+"one-"+string(action), "publish", p+"c-one", base, 2)
 			codes := make([]int, 8)
 			errs := make([]string, 8)
 			var wg sync.WaitGroup
@@ -200,16 +201,16 @@ func TestDeadLetterDecisionsAreTakenOnce(t *testing.T) {
 			} else if got := statusOfDeadLetter(ctx, t, db, id); got != want[d.Action] {
 				t.Errorf("after %s the row is %s, want %s", d.Action, got, want[d.Action])
 			}
-			if sig[0].runID != fmt.Sprintf("run-one-%s", action) {
+			if sig[0].runID != fmt.Sprintf("run-%sone-%s", p, action) {
 				t.Errorf("signalled run %q, want the dead letter's run", sig[0].runID)
 			}
 		}
 	})
 
 	t.Run("a decision the run did not get leaves the dead letter open", func(t *testing.T) {
-		tmp := &signalTemporal{failRuns: map[string]bool{"run-gone": true}}
+		tmp := &signalTemporal{failRuns: map[string]bool{"run-" + p + "gone": true}}
 		a := newDeadLetterAPI(t, db, tmp)
-		id := addDeadLetter(ctx, t, db, "gone", "publish", "c-gone", base, 1)
+		id := addDeadLetter(ctx, t, db, p+"gone", "publish", p+"c-gone", base, 1)
 		rec := a.call(http.MethodPost, fmt.Sprintf("/v1/dead-letters/%d/compensate", id), admin, nil)
 		if rec.Code != http.StatusServiceUnavailable {
 			t.Fatalf("= %d %s, want 503", rec.Code, rec.Body.String())
@@ -223,17 +224,17 @@ func TestDeadLetterDecisionsAreTakenOnce(t *testing.T) {
 	})
 
 	t.Run("bulk decisions take each open dead letter of the filter once", func(t *testing.T) {
-		tmp := &signalTemporal{failRuns: map[string]bool{"run-bulk-5": true}}
+		tmp := &signalTemporal{failRuns: map[string]bool{"run-" + p + "bulk-5": true}}
 		a := newDeadLetterAPI(t, db, tmp)
 		var ids []int64
 		for i := range 6 {
-			ids = append(ids, addDeadLetter(ctx, t, db, fmt.Sprintf("bulk-%d", i), "publish", "c-bulk", base.Add(time.Duration(i)*time.Minute), 1))
+			ids = append(ids, addDeadLetter(ctx, t, db, fmt.Sprintf("%sbulk-%d", p, i), "publish", p+"c-bulk", base.Add(time.Duration(i)*time.Minute), 1))
 		}
-		other := addDeadLetter(ctx, t, db, "bulk-other-course", "publish", "c-bulk-other", base, 1)
-		consume := addDeadLetter(ctx, t, db, "bulk-consume", "consume", "c-bulk", base, 1)
-		late := addDeadLetter(ctx, t, db, "bulk-late", "publish", "c-bulk", base.Add(time.Hour), 1)
+		other := addDeadLetter(ctx, t, db, p+"bulk-other-course", "publish", p+"c-bulk-other", base, 1)
+		consume := addDeadLetter(ctx, t, db, p+"bulk-consume", "consume", p+"c-bulk", base, 1)
+		late := addDeadLetter(ctx, t, db, p+"bulk-late", "publish", p+"c-bulk", base.Add(time.Hour), 1)
 
-		filter := map[string]any{"stage": "publish", "course_id": "c-bulk", "opened_after": base.Format(time.RFC3339),
+		filter := map[string]any{"stage": "publish", "course_id": p + "c-bulk", "opened_after": base.Format(time.RFC3339),
 			"opened_before": base.Add(30 * time.Minute).Format(time.RFC3339), "limit": 2}
 		// limit 2: two calls take four, the third the fifth and the one
 		// whose run is gone (open again), the fourth only that one.
@@ -300,7 +301,7 @@ func TestDeadLetterDecisionsAreTakenOnce(t *testing.T) {
 		// Concurrent bulk calls decide disjoint sets.
 		var many []int64
 		for i := range 40 {
-			many = append(many, addDeadLetter(ctx, t, db, fmt.Sprintf("race-%d", i), "consume", "c-race", base, 1))
+			many = append(many, addDeadLetter(ctx, t, db, fmt.Sprintf("%srace-%d", p, i), "consume", p+"c-race", base, 1))
 		}
 		var mu sync.Mutex
 		seen := map[int64]int{}
@@ -309,7 +310,7 @@ func TestDeadLetterDecisionsAreTakenOnce(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				rec := a.call(http.MethodPost, "/v1/dead-letters/compensate", admin, map[string]any{"course_id": "c-race", "limit": 15})
+				rec := a.call(http.MethodPost, "/v1/dead-letters/compensate", admin, map[string]any{"course_id": p + "c-race", "limit": 15})
 				if rec.Code != http.StatusAccepted {
 					t.Errorf("bulk compensate = %d %s", rec.Code, rec.Body.String())
 					return
@@ -369,21 +370,25 @@ func TestDeadLetterDecisionsAreTakenOnce(t *testing.T) {
 	// decision take; once its run accepted it, a wait that ends undecided
 	// answers 202 with the coupon's status URL, not 503.
 	t.Run("an undecided use answers 202 with its status URL after the derived wait", func(t *testing.T) {
-		if _, err := db.Exec(ctx, `
-			INSERT INTO vendors (id, name) VALUES ('v-wait', 'v');
-			INSERT INTO coupon_types (id, vendor_id, name, stock, issued, payout_cents) VALUES ('t-wait', 'v-wait', 't', 5, 1, 100);
-			INSERT INTO coupons (id, type_id, user_id, status, workflow_id, run_id, requested_at, issued_at)
-			VALUES ('cp-wait', 't-wait', 'u-1', 'issued', 'wf', 'run', now(), now())`); err != nil {
-			t.Fatal(err)
+		for _, q := range []string{
+			`INSERT INTO vendors (id, name) VALUES ($1 || 'v', 'v')`,
+			`INSERT INTO coupon_types (id, vendor_id, name, stock, issued, payout_cents) VALUES ($1 || 't', $1 || 'v', 't', 5, 1, 100)`,
+			`INSERT INTO coupons (id, type_id, user_id, status, workflow_id, run_id, requested_at, issued_at)
+			VALUES ($1 || 'cp', $1 || 't', $1 || 'u', 'issued', 'wf', 'run', now(), now())`,
+		} {
+			if _, err := db.Exec(ctx, q, p); err != nil {
+				t.Fatal(err)
+			}
 		}
+		coupon := "/v1/coupons/" + p + "cp"
 		tmp := &signalTemporal{}
 		a := newDeadLetterAPI(t, db, tmp)
-		rec := a.call(http.MethodPost, "/v1/coupons/cp-wait/use", admin, map[string]any{"user_id": "u-1"})
+		rec := a.call(http.MethodPost, coupon+"/use", admin, map[string]any{"user_id": p + "u"})
 		if rec.Code != http.StatusAccepted {
 			t.Fatalf("= %d %s, want 202", rec.Code, rec.Body.String())
 		}
 		body := decodeBody(t, rec.Body.Bytes())
-		if rec.Header().Get("Location") != "/v1/coupons/cp-wait" || body["status_url"] != "/v1/coupons/cp-wait" ||
+		if rec.Header().Get("Location") != coupon || body["status_url"] != coupon ||
 			body["status"] != "pending" || body["use_id"] == "" || body["run_id"] != "run-use" {
 			t.Errorf("202 with Location %q and %v, want the coupon's status URL", rec.Header().Get("Location"), body)
 		}
