@@ -208,7 +208,8 @@ func (a *Activities) ReleaseSeat(ctx context.Context, in workflows.ReleaseSeatIn
 
 // RecordDeadLetter parks a message whose publish exhausted its retries: a row
 // an operator can list and act on, the enrollment marked dead_lettered, and a
-// best-effort copy on the .DLT topic for tools that watch Kafka.
+// best-effort copy on the .DLT topic for tools that watch Kafka. It answers
+// the row's ID and round, which an operator's decision names.
 func (a *Activities) RecordDeadLetter(ctx context.Context, in workflows.DeadLetterInput) (workflows.DeadLetterRecord, error) {
 	var rec workflows.DeadLetterRecord
 	payload, err := json.Marshal(in.Message.Event)
@@ -226,9 +227,9 @@ func (a *Activities) RecordDeadLetter(ctx context.Context, in workflows.DeadLett
 			ON CONFLICT (event_id, stage) DO UPDATE SET
 				status = 'open', error = EXCLUDED.error, run_id = EXCLUDED.run_id,
 				rounds = GREATEST(dead_letters.rounds, EXCLUDED.rounds), updated_at = now()
-			RETURNING id`,
+			RETURNING id, rounds`,
 			in.Message.Event.ID, in.Message.Event.Type, in.Message.Topic, in.Message.Key, payload,
-			in.WorkflowID, in.RunID, enrollmentID, in.Error, in.Round).Scan(&rec.ID)
+			in.WorkflowID, in.RunID, enrollmentID, in.Error, in.Round).Scan(&rec.ID, &rec.Round)
 		if err != nil {
 			return fmt.Errorf("insert dead letter for %s: %w", in.Message.Event.ID, err)
 		}

@@ -35,6 +35,16 @@ func TestRecordDeadLetterOnePerEvent(t *testing.T) {
 			t.Errorf("record dead letter: %v", err)
 		}
 	})
+	// A run that records an earlier round (a reset run of the same event)
+	// is told the row's round, which the operator's decision names.
+	rec, err := a.RecordDeadLetter(ctx, workflows.DeadLetterInput{Message: msg, WorkflowID: in.WorkflowID, RunID: "run-2",
+		EnrollmentID: in.EnrollmentID, Error: "broker down", Round: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.Round != 3 {
+		t.Errorf("RecordDeadLetter answered round %d, want the row's 3", rec.Round)
+	}
 	value, _ := json.Marshal(msg.Event)
 	consumed := workflows.ConsumedEvent{Topic: msg.Topic, Key: "s1", EventID: eventID, EventType: msg.Event.Type, Value: string(value)}
 	delivery := &consumer.Activities{DB: db, Producer: acceptingProducer{}, Log: a.Log}

@@ -45,6 +45,7 @@ var sqlAllowed = map[string]string{
 	// which passes a constant.
 	"internal/store/grants.go:GrantRuntime":                                "GRANT takes no parameters: the role quoted by pgx.Identifier, privileges and objects from the constant RuntimeGrants",
 	"internal/store/roles_pg_test.go:TestRuntimeRoleCannotChangeTheSchema": "a table of constant statements",
+	"api/deadletters_pg_test.go:TestDeadLetterDecisionsAreTakenOnce":       "a table of constant fixture statements",
 	"internal/store/lists_test.go:loadLists":                               "a table of constant statements",
 	"internal/store/lists_test.go:TestListsUseTheirIndexes":                "EXPLAIN of the store's constant list statements",
 	"cmd/claimflow/replicas_test.go:queryInt":                              "test helper; callers pass constant SQL",

@@ -50,8 +50,9 @@ type Config struct {
 	// serves it too, as before. Handler.Internal is the only /readyz that
 	// shows why a check failed.
 	SeparateInternal bool
-	// DecisionTimeout bounds how long a request waits for its claim to be
-	// decided before it answers 503 (the claim goes on and can be queried).
+	// DecisionTimeout is the least a request waits for its claim to be
+	// decided; it waits longer when the workflow's own options let the
+	// decision take longer (workflows.DecisionDeadline, see decisionWait).
 	DecisionTimeout time.Duration
 	// PayoutTimeout is the PAYOUT_TIMEOUT the workers run with: a use's
 	// run sizes its payout attempts by it, and a use request waits as long
@@ -82,8 +83,6 @@ type server struct {
 	metrics *metrics
 	batcher *claimBatcher
 	settled *settledHub // ?wait=confirmed waiters
-	// useWait is how long a coupon use may wait for its decision.
-	useWait time.Duration
 }
 
 // Handler is the API; Close stops its claim batcher after the HTTP server
@@ -122,17 +121,14 @@ func New(cfg Config) *Handler {
 		cfg.Metrics, cfg.Gatherer = reg, reg
 	}
 	s := &server{Config: cfg, DB: requestDB{pool: cfg.DB}}
-	s.useWait = s.DecisionTimeout
-	if wait, err := s.couponUseWait(); err == nil {
-		s.useWait = wait
-	}
 	s.metrics = newMetrics(s)
 	s.settled = newSettledHub(cfg.DB, cfg.Security.MaxConfirmWaiters, func(err error) {
 		cfg.Log.Warn("enrollment_settled listener lost; reconnecting", "err", err)
 	}, cfg.Metrics)
 	closeFn := s.settled.close
 	if cfg.Batching != nil {
-		s.batcher = newClaimBatcher(cfg.Temporal, cfg.Log.With("component", "batcher"), *cfg.Batching, cfg.DecisionTimeout)
+		s.batcher = newClaimBatcher(cfg.Temporal, cfg.Log.With("component", "batcher"), *cfg.Batching,
+			s.decisionWait(workflows.ClaimEnrollmentBatch))
 		closeFn = func() { s.batcher.close(); s.settled.close() }
 	}
 	gin.SetMode(gin.ReleaseMode)
@@ -177,6 +173,8 @@ func New(cfg Config) *Handler {
 	v1.GET("/dead-letters/:id", s.getDeadLetter)
 	v1.POST("/dead-letters/:id/retry", s.retryDeadLetter)
 	v1.POST("/dead-letters/:id/compensate", s.compensateDeadLetter)
+	v1.POST("/dead-letters/retry", s.retryDeadLetters)
+	v1.POST("/dead-letters/compensate", s.compensateDeadLetters)
 	v1.POST("/vendors", s.createVendor)
 	v1.GET("/vendors/:id", s.getVendor)
 	v1.POST("/coupon-types", s.createCouponType)
@@ -247,9 +245,12 @@ func (s *server) bound(c *gin.Context) {
 func (s *server) routeBound(method, route string) time.Duration {
 	switch method + " " + route {
 	case "POST /v1/courses/:id/enrollments":
-		return s.RequestTimeout + s.DecisionTimeout + s.ConfirmTimeout
+		wait := max(s.decisionWait(workflows.ClaimEnrollmentBatch), s.decisionWait(workflows.ClaimEnrollment))
+		return s.RequestTimeout + wait + s.ConfirmTimeout
+	case "POST /v1/coupon-types/:id/coupons":
+		return s.RequestTimeout + s.decisionWait(workflows.ClaimIssueCoupon)
 	case "POST /v1/coupons/:id/use":
-		return s.RequestTimeout + s.useWait
+		return s.RequestTimeout + s.decisionWait(workflows.ClaimUseCoupon)
 	}
 	if strings.HasPrefix(route, "/v1/") && policyOf(method, route).claim {
 		return s.RequestTimeout + s.DecisionTimeout
@@ -260,18 +261,6 @@ func (s *server) routeBound(method, route string) time.Duration {
 // LongestRequest is the longest bound of any route: the HTTP server's
 // write timeout must outlast it, or an answer is cut off mid-write.
 func (h *Handler) LongestRequest() time.Duration { return h.longest }
-
-// couponUseWait is how long a coupon use waits for its decision: a use
-// decides only after its payout policy has run its course, so it waits as
-// long as the workflow's own options allow (not a figure computed by hand
-// here), and never less than DecisionTimeout.
-func (s *server) couponUseWait() (time.Duration, error) {
-	wait, err := workflows.DecisionDeadline(workflows.ClaimUseCoupon, s.PayoutTimeout)
-	if err != nil {
-		return 0, err
-	}
-	return max(s.DecisionTimeout, wait), nil
-}
 
 // apiError is the body of every error: {"error":{"code","message","field"?}}.
 type apiError struct {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/claimflow/claimflow/workflows"
 	"log/slog"
 	"net"
 	"net/http"
@@ -80,14 +81,12 @@ func TestRouteBoundsCoverTheirWaits(t *testing.T) {
 	t.Cleanup(h.Close)
 	s := &server{Config: Config{DecisionTimeout: 15 * time.Second, ConfirmTimeout: 10 * time.Second,
 		PayoutTimeout: 5 * time.Second, RequestTimeout: 2 * time.Second}}
-	useWait, err := s.couponUseWait()
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.useWait = useWait
+	useWait := s.decisionWait(workflows.ClaimUseCoupon)
 	if useWait <= s.DecisionTimeout {
 		t.Fatalf("a coupon use waits %s, not longer than DecisionTimeout: the test below would not tell the routes apart", useWait)
 	}
+	enrollWait := max(s.decisionWait(workflows.ClaimEnrollmentBatch), s.decisionWait(workflows.ClaimEnrollment))
+	issueWait := s.decisionWait(workflows.ClaimIssueCoupon)
 	for _, tc := range []struct {
 		method, route string
 		want          time.Duration
@@ -95,9 +94,9 @@ func TestRouteBoundsCoverTheirWaits(t *testing.T) {
 		{"GET", "/v1/courses/:id", 2 * time.Second},
 		{"GET", "/readyz", 2 * time.Second},
 		{"POST", "/v1/courses", 2 * time.Second},
-		{"POST", "/v1/courses/:id/enrollments", 2*time.Second + 15*time.Second + 10*time.Second},
+		{"POST", "/v1/courses/:id/enrollments", 2*time.Second + enrollWait + 10*time.Second},
 		{"DELETE", "/v1/enrollments/:id", 2*time.Second + 15*time.Second},
-		{"POST", "/v1/coupon-types/:id/coupons", 2*time.Second + 15*time.Second},
+		{"POST", "/v1/coupon-types/:id/coupons", 2*time.Second + issueWait},
 		{"POST", "/v1/dead-letters/:id/retry", 2*time.Second + 15*time.Second},
 		{"POST", "/v1/coupons/:id/use", 2*time.Second + useWait},
 	} {

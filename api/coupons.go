@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -207,7 +208,13 @@ func (s *server) issueCoupon(c *gin.Context) {
 		),
 	}, workflows.IssueCoupon, in)
 
-	d, runID, err := s.decideCoupon(c, start, workflowID, s.DecisionTimeout)
+	// The run is the claim: once it started, it decides on its own.
+	d, runID, err := s.decideCoupon(c, start, workflowID, workflows.ClaimIssueCoupon, true)
+	if errors.Is(err, errUndecided) {
+		s.answerUndecided(c, err, gin.H{"id": in.CouponID, "type_id": typeID, "user_id": req.UserID},
+			in.CouponID, workflowID, runID)
+		return
+	}
 	if err != nil {
 		s.unavailable(c, fmt.Errorf("issue coupon of %s to %s: %w", typeID, req.UserID, err))
 		return
@@ -270,7 +277,7 @@ func (s *server) useCoupon(c *gin.Context) {
 	// another replica, meet in its running run (USE_EXISTING below) and only
 	// one takes it (MarkCouponUsed's conditional UPDATE). Where concurrent
 	// updates of one run trip temporalio/temporal#7741 (an update left
-	// unanswered until its deadline), the request gets 503 with
+	// unaccepted until its deadline), the request gets 503 with
 	// Retry-After; a retry carries a new use ID and is told the outcome.
 	owner, ok := s.authorizeOwner(c, "coupon_id", couponID)
 	if !ok {
@@ -312,13 +319,15 @@ func (s *server) useCoupon(c *gin.Context) {
 		),
 	}, workflows.UseCoupon, workflows.UseCouponInput{CouponID: couponID, Request: ureq, PayoutTimeout: s.PayoutTimeout})
 
-	// A use waits for its payout policy (couponUseWait, also the route's bound).
-	wait, err := s.couponUseWait()
-	if err != nil {
-		s.internalError(c, err)
+	// A use decides only after its payout policy has run its course, so it
+	// waits as long as the workflow's own options allow (decisionWait). The
+	// use request is the update, so it goes on only once the run accepted it.
+	d, runID, err := s.decideCoupon(c, start, workflowID, workflows.ClaimUseCoupon, false, ureq)
+	if errors.Is(err, errUndecided) {
+		s.answerUndecided(c, err, gin.H{"coupon_id": couponID, "use_id": ureq.UseID, "user_id": req.UserID},
+			couponID, workflowID, runID)
 		return
 	}
-	d, runID, err := s.decideCoupon(c, start, workflowID, wait, ureq)
 	if err != nil {
 		s.unavailable(c, fmt.Errorf("use coupon %s for %s: %w", couponID, req.UserID, err))
 		return
@@ -376,11 +385,79 @@ func couponStatusOf(r workflows.Refusal) int {
 	return http.StatusConflict
 }
 
-// decideCoupon starts (or joins) a coupon run and waits for its decision
-// update; args are the update's arguments.
+// errUndecided: the claim is under way but its run did not decide within
+// the wait; it finishes on its own.
+var errUndecided = errors.New("no decision within the wait")
+
+// decisionWait is how long a request waits for the decision of a claim of
+// kind: as long as the run's own activity timeouts and retry policies let
+// its decision take (workflows.DecisionDeadline, the function the
+// workflows' tests hold to their options), and never less than
+// DecisionTimeout.
+func (s *server) decisionWait(kind workflows.ClaimKind) time.Duration {
+	d, err := workflows.DecisionDeadline(kind, s.PayoutTimeout)
+	if err != nil { // a kind named in code, so a bug: wait the configured time
+		s.Log.Error("no decision deadline", "kind", kind, "error", err)
+		return s.DecisionTimeout
+	}
+	return max(s.DecisionTimeout, d)
+}
+
+// decideCoupon starts (or joins) a coupon run and waits, up to decisionWait
+// of kind, for its decision update; args are the update's arguments. It
+// returns errUndecided (with the run ID when known) when the claim is under
+// way but its decision did not come: the run accepted the update, or, when
+// startIsClaim (the run's input is the claim), the run started. Any other
+// failure is returned as it is: the claim did not reach a run, and the
+// caller may retry.
 func (s *server) decideCoupon(c *gin.Context, start client.WithStartWorkflowOperation, workflowID string,
-	timeout time.Duration, args ...any) (workflows.CouponDecision, string, error) {
-	return decideRun[workflows.CouponDecision](c.Request.Context(), s.Temporal, start, workflowID, timeout, args...)
+	kind workflows.ClaimKind, startIsClaim bool, args ...any) (workflows.CouponDecision, string, error) {
+	var d workflows.CouponDecision
+	ctx, cancel := context.WithTimeout(c.Request.Context(), s.decisionWait(kind))
+	defer cancel()
+	handle, err := s.Temporal.UpdateWithStartWorkflow(ctx, client.UpdateWithStartWorkflowOptions{
+		StartWorkflowOperation: start,
+		UpdateOptions: client.UpdateWorkflowOptions{
+			WorkflowID: workflowID,
+			UpdateName: workflows.UpdateDecision,
+			Args:       args,
+			// Accepted, then the outcome: an accepted update is the run's
+			// to answer, whatever happens to this wait.
+			WaitForStage: client.WorkflowUpdateStageAccepted,
+		},
+	})
+	if err != nil {
+		if startIsClaim && start != nil {
+			sctx, scancel := context.WithTimeout(context.WithoutCancel(c.Request.Context()), time.Second)
+			defer scancel()
+			if run, serr := start.Get(sctx); serr == nil {
+				return d, run.GetRunID(), fmt.Errorf("%w: %w", errUndecided, err)
+			}
+		}
+		return d, "", err
+	}
+	if err := handle.Get(ctx, &d); err != nil {
+		return d, handle.RunID(), fmt.Errorf("%w: %w", errUndecided, err)
+	}
+	return d, handle.RunID(), nil
+}
+
+// answerUndecided answers 202 for a claim that is under way but was not
+// decided within the wait: the body names the claim and links its status
+// (Location and status_url); the claim finishes on its own.
+func (s *server) answerUndecided(c *gin.Context, err error, body gin.H, couponID, workflowID, runID string) {
+	s.Log.Warn("claim not decided within the wait; answered with its status URL", "workflow_id", workflowID, "error", err)
+	statusURL := "/v1/coupons/" + url.PathEscape(couponID)
+	c.Header("Location", statusURL)
+	body["status"] = "pending"
+	body["status_url"] = statusURL
+	body["workflow_id"] = workflowID
+	body["message"] = "no decision yet; the claim goes on and finishes on its own: read status_url for its outcome"
+	if runID != "" {
+		body["run_id"] = runID
+		body["workflow_url"] = s.runURL(workflowID, runID)
+	}
+	c.JSON(http.StatusAccepted, body)
 }
 
 func (s *server) getCoupon(c *gin.Context) {

@@ -64,7 +64,7 @@ func (s *server) enroll(c *gin.Context) {
 		workflowID, runID string
 	)
 	if s.batcher != nil {
-		ctx, cancel := context.WithTimeout(c.Request.Context(), s.DecisionTimeout)
+		ctx, cancel := context.WithTimeout(c.Request.Context(), s.decisionWait(workflows.ClaimEnrollmentBatch))
 		r, err := s.batcher.submit(ctx, in)
 		cancel()
 		if errors.Is(err, errOverloaded) {
@@ -144,9 +144,11 @@ func (s *server) startEnrollment(workflowID string, in workflows.EnrollmentInput
 	}, workflows.Enrollment, in)
 }
 
-// decide starts (or joins) a claim's run and waits for its decision update.
+// decide starts (or joins) a claim's run and waits for its decision update
+// (an enrollment's, or a cancellation's: one database step before it
+// decides, as an enrollment's).
 func (s *server) decide(c *gin.Context, start client.WithStartWorkflowOperation, workflowID string) (workflows.Decision, string, error) {
-	return decideRun[workflows.Decision](c.Request.Context(), s.Temporal, start, workflowID, s.DecisionTimeout)
+	return decideRun[workflows.Decision](c.Request.Context(), s.Temporal, start, workflowID, s.decisionWait(workflows.ClaimEnrollment))
 }
 
 // awaitSettled waits until the enrollment leaves "reserved" or the confirm

@@ -66,6 +66,8 @@ var routePolicies = map[string]policy{
 	"GET /v1/dead-letters/:id":              {admin: true},
 	"POST /v1/dead-letters/:id/retry":       {admin: true, write: true, claim: true},
 	"POST /v1/dead-letters/:id/compensate":  {admin: true, write: true, claim: true},
+	"POST /v1/dead-letters/retry":           {admin: true, write: true, claim: true},
+	"POST /v1/dead-letters/compensate":      {admin: true, write: true, claim: true},
 	"POST /v1/vendors":                      {admin: true, write: true},
 	"GET /v1/vendors/:id":                   {owner: ownerVendor},
 	"POST /v1/coupon-types":                 {admin: true, write: true},

@@ -376,9 +376,9 @@ func (a *Activities) RecordConsumeDeadLetter(ctx context.Context, in workflows.C
 			ON CONFLICT (event_id, stage) DO UPDATE SET
 				status = 'open', error = EXCLUDED.error, workflow_id = EXCLUDED.workflow_id, run_id = EXCLUDED.run_id,
 				rounds = GREATEST(dead_letters.rounds, EXCLUDED.rounds), updated_at = now()
-			RETURNING id`,
+			RETURNING id, rounds`,
 			in.Event.EventID, in.Event.EventType, in.Event.Topic, in.Event.Key, payload,
-			in.WorkflowID, in.RunID, in.Error, in.Round).Scan(&rec.ID)
+			in.WorkflowID, in.RunID, in.Error, in.Round).Scan(&rec.ID, &rec.Round)
 	}
 	err := insert(payload)
 	if isDataError(err) {

@@ -144,19 +144,25 @@ type DeadLetterInput struct {
 	Round        int
 }
 
+// DeadLetterRecord is the dead letter's row: its ID and the round it
+// recorded (dead_letters.rounds), which a decision names.
 type DeadLetterRecord struct {
-	ID int64
+	ID    int64
+	Round int `json:",omitempty"`
 }
 
 // DeadLetterState is what happened to a dead letter.
 type DeadLetterState string
 
 const (
-	DeadLetterOpen        DeadLetterState = "open"
-	DeadLetterRetrying    DeadLetterState = "retrying"
-	DeadLetterResolved    DeadLetterState = "resolved"
-	DeadLetterCompensated DeadLetterState = "compensated"
-	DeadLetterDiscarded   DeadLetterState = "discarded"
+	DeadLetterOpen     DeadLetterState = "open"
+	DeadLetterRetrying DeadLetterState = "retrying"
+	// DeadLetterCompensating: the API took an operator's compensate; the
+	// run marks the row compensated (or discarded) once it has compensated.
+	DeadLetterCompensating DeadLetterState = "compensating"
+	DeadLetterResolved     DeadLetterState = "resolved"
+	DeadLetterCompensated  DeadLetterState = "compensated"
+	DeadLetterDiscarded    DeadLetterState = "discarded"
 )
 
 type ResolveDeadLetterInput struct {

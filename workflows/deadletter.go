@@ -18,8 +18,72 @@ const (
 	ActionCompensate DeadLetterAction = "compensate"
 )
 
+// DeadLetterDecision is the payload of SignalDeadLetter. DeadLetterID and
+// Round name the dead letter the decision is for, as the API read it
+// (dead_letters.id and .rounds): a run applies it only to that dead letter
+// in that round, so a duplicate or stale decision (a second concurrent call,
+// a decision for a round already retried) is ignored instead of being
+// applied to whatever the run parks next. A decision without an ID (an
+// operator's `temporal workflow signal --query …` over many runs, or a
+// payload from before the fields existed) applies to the dead letter open
+// when the run takes it; one that arrives while no dead letter is open is
+// dropped (see dropUndecidable). Round 0 with an ID means any round of it.
 type DeadLetterDecision struct {
-	Action DeadLetterAction
+	Action       DeadLetterAction
+	DeadLetterID int64 `json:",omitempty"`
+	Round        int   `json:",omitempty"`
+}
+
+// parked is the dead letter a run waits on: its row's ID and the round the
+// row recorded.
+type parked struct {
+	ID    int64
+	Round int
+}
+
+// accepts reports whether d is a decision for p.
+func (p parked) accepts(d DeadLetterDecision) bool {
+	if d.DeadLetterID == 0 {
+		return true
+	}
+	return d.DeadLetterID == p.ID && (d.Round == 0 || d.Round == p.Round)
+}
+
+// parkedAt is the dead letter RecordDeadLetter (or RecordConsumeDeadLetter)
+// answered with in round: the row's own round when the activity reports it
+// (it may be ahead of the run's count when an earlier run of the same event
+// dead-lettered it), else the run's round (histories recorded before the
+// activity reported it).
+func parkedAt(rec DeadLetterRecord, round int) parked {
+	if rec.Round > 0 {
+		return parked(rec)
+	}
+	return parked{ID: rec.ID, Round: round}
+}
+
+// namedDecisionsChangeID versions dropUndecidable: runs recorded before it
+// took a decision buffered while no dead letter was open at their next
+// round, and replay that way.
+const namedDecisionsChangeID = "dead-letter-decisions-named"
+
+// dropUndecidable discards the decisions that arrived while no dead letter
+// of this run was open (between a decision and the next round's record, or
+// before the first) — duplicates of a decision already taken, or a bulk CLI
+// signal that reached the run while it was retrying — so that none of them
+// is applied to the dead letter about to be recorded. Call it just before
+// recording one: a decision sent once the new row is open arrives after.
+func dropUndecidable(ctx workflow.Context, decisions workflow.ReceiveChannel) {
+	if workflow.GetVersion(ctx, namedDecisionsChangeID, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		return
+	}
+	for {
+		var d DeadLetterDecision
+		if !decisions.ReceiveAsync(&d) {
+			return
+		}
+		workflow.GetLogger(ctx).Warn("ignoring a dead-letter decision that arrived while no dead letter was open",
+			"action", d.Action, "dead_letter_id", d.DeadLetterID, "round", d.Round)
+	}
 }
 
 // publishOrDeadLetter publishes msg on the publish retry policy. When the
@@ -69,6 +133,7 @@ func publishOrPark(ctx workflow.Context, msg Message, stampFor string, p parking
 			return "", err
 		}
 		*p.lastError = err.Error()
+		dropUndecidable(ctx, deadLetters)
 		record, err := RecordDeadLetter.Execute(databaseOptions(ctx), DeadLetterInput{
 			Message:      msg,
 			WorkflowID:   info.WorkflowExecution.ID,
@@ -81,11 +146,13 @@ func publishOrPark(ctx workflow.Context, msg Message, stampFor string, p parking
 			return "", fmt.Errorf("record dead letter for %s: %w", msg.Event.ID, err)
 		}
 		*p.deadLetterID = record.ID
+		open := parkedAt(record, round)
+		round = open.Round
 		p.park(ctx)
 		workflow.GetLogger(ctx).Error("event dead-lettered; waiting for an operator",
-			"event_id", msg.Event.ID, "dead_letter_id", record.ID, "error", *p.lastError)
+			"event_id", msg.Event.ID, "dead_letter_id", record.ID, "round", open.Round, "error", *p.lastError)
 
-		action, err := awaitOperator(ctx, deadLetters)
+		action, err := awaitOperator(ctx, deadLetters, open)
 		if err != nil {
 			return "", err
 		}
@@ -98,9 +165,11 @@ func publishOrPark(ctx workflow.Context, msg Message, stampFor string, p parking
 	}
 }
 
-// awaitOperator blocks until an operator decides; a decision it does not know
-// (a typo on the CLI) is logged and ignored rather than guessed at.
-func awaitOperator(ctx workflow.Context, decisions workflow.ReceiveChannel) (DeadLetterAction, error) {
+// awaitOperator blocks until an operator decides on the open dead letter; a
+// decision it does not know (a typo on the CLI) or one named for another
+// dead letter or round (a duplicate, a stale page) is logged and ignored
+// rather than guessed at.
+func awaitOperator(ctx workflow.Context, decisions workflow.ReceiveChannel, open parked) (DeadLetterAction, error) {
 	for {
 		var decision DeadLetterDecision
 		cancelled := false
@@ -110,6 +179,12 @@ func awaitOperator(ctx workflow.Context, decisions workflow.ReceiveChannel) (Dea
 		sel.Select(ctx)
 		if cancelled {
 			return "", temporal.NewCanceledError()
+		}
+		if !open.accepts(decision) {
+			workflow.GetLogger(ctx).Warn("ignoring a dead-letter decision for another dead letter or round",
+				"action", decision.Action, "for_id", decision.DeadLetterID, "for_round", decision.Round,
+				"open_id", open.ID, "open_round", open.Round)
+			continue
 		}
 		switch decision.Action {
 		case ActionRetry, ActionCompensate:

@@ -213,6 +213,7 @@ func deliverEvent(ctx workflow.Context, in DeliverEventInput, state *DeliverySta
 		state.Attempts += attemptsOf(err, policy)
 		state.LastError = err.Error()
 
+		dropUndecidable(ctx, decisions)
 		record, err := RecordConsumeDeadLetter.Execute(databaseOptions(ctx), ConsumeDeadLetterInput{
 			Event:      in.Event,
 			WorkflowID: info.WorkflowExecution.ID,
@@ -224,11 +225,14 @@ func deliverEvent(ctx workflow.Context, in DeliverEventInput, state *DeliverySta
 			return fmt.Errorf("record dead letter for %s: %w", in.Event.EventID, err)
 		}
 		state.DeadLetterID = record.ID
+		open := parkedAt(record, round)
+		round = open.Round
 		setDeliveryStatus(ctx, state, DeliveryDeadLettered)
 		workflow.GetLogger(ctx).Error("notification dead-lettered; waiting for an operator",
-			"event_id", in.Event.EventID, "topic", in.Event.Topic, "dead_letter_id", record.ID, "error", state.LastError)
+			"event_id", in.Event.EventID, "topic", in.Event.Topic, "dead_letter_id", record.ID, "round", open.Round,
+			"error", state.LastError)
 
-		action, err := awaitOperator(ctx, decisions)
+		action, err := awaitOperator(ctx, decisions, open)
 		if err != nil {
 			return err
 		}

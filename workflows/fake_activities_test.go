@@ -276,7 +276,7 @@ func (f *fakeActivities) RecordDeadLetter(_ context.Context, in workflows.DeadLe
 	copied := in.Message
 	copied.Topic += ".DLT"
 	f.dltCopies = append(f.dltCopies, copied)
-	return workflows.DeadLetterRecord{ID: dl.ID}, nil
+	return workflows.DeadLetterRecord{ID: dl.ID, Round: dl.Rounds}, nil
 }
 
 func (f *fakeActivities) ResolveDeadLetter(_ context.Context, in workflows.ResolveDeadLetterInput) error {

@@ -62,6 +62,8 @@ var fixtures = []fixture{
 		path: "seat reserved, publish dead-lettered, operator retry, published and confirmed"},
 	{file: "enrollment_dead_letter_compensated.json", workflow: "Enrollment",
 		path: "seat reserved, publish dead-lettered, operator compensate, seat released, enrollment.failed published"},
+	{file: "enrollment_dead_letter_named_decisions.json", workflow: "Enrollment",
+		path: "dead-lettered; two concurrent API retries, one taken; round 2 dead-lettered; a stale round-1 decision ignored; operator compensate of round 2, seat released"},
 	{file: "cancellation_cancelled.json", workflow: "Cancellation",
 		path: "a confirmed enrollment cancelled: seat released, enrollment.cancelled published"},
 	// Coupons.

@@ -338,6 +338,9 @@ func TestRecordHistories(t *testing.T) {
 	rec.record("deliver_event_dead_letter_retried", workflows.DeliverEventWorkflowID(events[1].Event.ID), "")
 	rec.record("deliver_event_dead_letter_discarded", workflows.DeliverEventWorkflowID(events[2].Event.ID), "")
 
+	// Dead-letter decisions that name their dead letter and round.
+	recordNamedDecisions(t, s, rec, c, single, course, run)
+
 	// Nothing was left parked: every run the recording started is closed.
 	waitFor(t, time.Minute, "every run closed", heldFor(time.Second, func() bool {
 		resp, err := s.Client.CountWorkflow(context.Background(), &workflowservice.CountWorkflowExecutionsRequest{

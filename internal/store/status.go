@@ -13,9 +13,10 @@ const (
 	CouponUsed    = "used"
 	CouponRevoked = "revoked"
 
-	DeadLetterOpen     = "open"
-	DeadLetterRetrying = "retrying"
-	DeadLetterResolved = "resolved"
+	DeadLetterOpen         = "open"
+	DeadLetterRetrying     = "retrying"
+	DeadLetterCompensating = "compensating"
+	DeadLetterResolved     = "resolved"
 
 	// Dead letters come from two stages: a saga's publish or the
 	// consumer's delivery of a notification.

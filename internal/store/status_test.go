@@ -22,6 +22,7 @@ func TestStatusesMatchTheWorkflows(t *testing.T) {
 		CouponRevoked:          string(workflows.CouponRevoked),
 		DeadLetterOpen:         string(workflows.DeadLetterOpen),
 		DeadLetterRetrying:     string(workflows.DeadLetterRetrying),
+		DeadLetterCompensating: string(workflows.DeadLetterCompensating),
 		DeadLetterResolved:     string(workflows.DeadLetterResolved),
 	} {
 		if store != wf {
