@@ -137,7 +137,6 @@ type CapacityWindow struct {
 	Status429   int     `json:"429"`
 	P95         float64 `json:"p95_ms"`
 	BrokenBy    string  `json:"broken_by,omitempty"`
-	answeredAll bool
 }
 
 // CapacityStep is one rate held for StepDuration.
