@@ -130,13 +130,13 @@ type CapacityWindow struct {
 	Dropped  int     `json:"dropped"`
 	Late     int     `json:"late"`
 	// Decided is the share of arrivals answered 201, 202 or 409 at once.
-	Decided     float64 `json:"decided_first_try"`
-	Status5xx   int     `json:"5xx"`
-	Timeouts    int     `json:"timeouts"`
-	ConnErrors  int     `json:"conn_errors"`
-	Status429   int     `json:"429"`
-	P95         float64 `json:"p95_ms"`
-	BrokenBy    string  `json:"broken_by,omitempty"`
+	Decided    float64 `json:"decided_first_try"`
+	Status5xx  int     `json:"5xx"`
+	Timeouts   int     `json:"timeouts"`
+	ConnErrors int     `json:"conn_errors"`
+	Status429  int     `json:"429"`
+	P95        float64 `json:"p95_ms"`
+	BrokenBy   string  `json:"broken_by,omitempty"`
 }
 
 // CapacityStep is one rate held for StepDuration.
