@@ -204,6 +204,7 @@ func TestAuthzMatrix(t *testing.T) {
 		ok, created        = http.StatusOK, http.StatusCreated
 		unauth, forbidden  = http.StatusUnauthorized, http.StatusForbidden
 		notFound, conflict = http.StatusNotFound, http.StatusConflict
+		accepted           = http.StatusAccepted
 	)
 	//                                                  owner      other      admin     no token expired wrong aud
 	rows := []matrixRow{
@@ -218,6 +219,10 @@ func TestAuthzMatrix(t *testing.T) {
 		{route: "GET /v1/dead-letters/:id", want: [6]int{forbidden, forbidden, ok, unauth, unauth, unauth}},
 		{route: "POST /v1/dead-letters/:id/retry", want: [6]int{forbidden, forbidden, conflict, unauth, unauth, unauth}},
 		{route: "POST /v1/dead-letters/:id/compensate", want: [6]int{forbidden, forbidden, conflict, unauth, unauth, unauth}},
+		// Bulk re-drive with a filter that matches nothing: an admin's call
+		// passes authorization and signals no run.
+		{route: "POST /v1/dead-letters/retry", want: [6]int{forbidden, forbidden, accepted, unauth, unauth, unauth}},
+		{route: "POST /v1/dead-letters/compensate", want: [6]int{forbidden, forbidden, accepted, unauth, unauth, unauth}},
 		{route: "POST /v1/vendors", want: [6]int{forbidden, forbidden, created, unauth, unauth, unauth}},
 		{route: "GET /v1/vendors/:id", want: [6]int{ok, notFound, ok, unauth, unauth, unauth}},
 		{route: "POST /v1/coupon-types", want: [6]int{forbidden, forbidden, created, unauth, unauth, unauth}},
@@ -344,6 +349,8 @@ func (m *matrix) bodyOf(pattern string, a matrixActor) map[string]any {
 		return map[string]any{"student_id": m.subjectOf(a)}
 	case "/v1/coupon-types/:id/coupons", "/v1/coupons/:id/use":
 		return map[string]any{"user_id": m.subjectOf(a)}
+	case "/v1/dead-letters/retry", "/v1/dead-letters/compensate":
+		return map[string]any{"course_id": "mx-no-course-" + m.run}
 	}
 	return nil
 }
