@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -52,7 +53,23 @@ type claimBatcher struct {
 type pendingClaim struct {
 	in    workflows.EnrollmentInput
 	reply chan claimResult
+	// state moves once, from claimQueued: to claimTaken by the flush that
+	// puts the claim in a batch run, or to claimWithdrawn by its request,
+	// whose wait ended first; a withdrawn claim never reaches a run.
+	state atomic.Int32
+	// run receives the batch run once it started: from then on the run
+	// holds the claim and decides it on its own.
+	run chan batchRun
 }
+
+const (
+	claimQueued int32 = iota
+	claimTaken
+	claimWithdrawn
+)
+
+// batchRun names the run that holds a claim.
+type batchRun struct{ workflowID, runID string }
 
 type claimResult struct {
 	decision   workflows.Decision
@@ -60,6 +77,10 @@ type claimResult struct {
 	runID      string
 	err        error
 }
+
+// startGrace bounds how long a request whose wait ended keeps waiting to
+// learn whether its batch run started, once the claim is in a flush.
+const startGrace = time.Second
 
 func newClaimBatcher(t Temporal, log *slog.Logger, o BatchOptions, timeout time.Duration) *claimBatcher {
 	// Zero options take the environment's defaults (internal/config), so
@@ -89,9 +110,14 @@ func newClaimBatcher(t Temporal, log *slog.Logger, o BatchOptions, timeout time.
 // close stops collecting; claims already queued are answered with an error.
 func (b *claimBatcher) close() { close(b.done) }
 
-// submit queues a claim and waits for its decision.
+// submit queues a claim and waits for its decision. When ctx ends first it
+// returns errUndecided, with the batch run, if that run started (it holds
+// the claim and decides it on its own), and ctx's error otherwise: then the
+// claim was withdrawn before any run took it, or, taken into a batch whose
+// run did not report its start within startGrace, it may still be decided
+// (a retry of the request then learns already_enrolled with the ID).
 func (b *claimBatcher) submit(ctx context.Context, in workflows.EnrollmentInput) (claimResult, error) {
-	p := &pendingClaim{in: in, reply: make(chan claimResult, 1)}
+	p := &pendingClaim{in: in, reply: make(chan claimResult, 1), run: make(chan batchRun, 1)}
 	select {
 	case b.queue <- p:
 	default:
@@ -101,8 +127,23 @@ func (b *claimBatcher) submit(ctx context.Context, in workflows.EnrollmentInput)
 	case r := <-p.reply:
 		return r, r.err
 	case <-ctx.Done():
-		// The batch still decides this claim; a retry of the request learns
-		// the outcome as already_enrolled with the enrollment's ID.
+	}
+	if p.state.CompareAndSwap(claimQueued, claimWithdrawn) {
+		return claimResult{}, ctx.Err()
+	}
+	grace := time.NewTimer(startGrace)
+	defer grace.Stop()
+	select {
+	case r := <-p.reply: // a decision that came with the end of the wait wins
+		return r, r.err
+	default:
+	}
+	select {
+	case r := <-p.reply:
+		return r, r.err
+	case run := <-p.run:
+		return claimResult{workflowID: run.workflowID, runID: run.runID}, fmt.Errorf("%w: %w", errUndecided, ctx.Err())
+	case <-grace.C:
 		return claimResult{}, ctx.Err()
 	}
 }
@@ -220,9 +261,16 @@ func (b *claimBatcher) failQueued() {
 	}
 }
 
-// flush decides one batch through an Update-With-Start of its run.
+// flush decides one batch through an Update-With-Start of its run. Claims
+// whose request already gave up are left out, so they never reach a run.
 func (b *claimBatcher) flush(batch []*pendingClaim) {
 	defer func() { <-b.slots }()
+	batch = slices.DeleteFunc(batch, func(p *pendingClaim) bool {
+		return !p.state.CompareAndSwap(claimQueued, claimTaken)
+	})
+	if len(batch) == 0 {
+		return
+	}
 	answer := func(r claimResult, decisions []workflows.Decision) {
 		for i, p := range batch {
 			out := r
@@ -267,7 +315,30 @@ func (b *claimBatcher) flush(batch []*pendingClaim) {
 		),
 	}, workflows.EnrollmentBatch, in)
 	// The batch belongs to no single request, so no request's context.
-	decisions, runID, err := decideRun[[]workflows.Decision](context.Background(), b.temporal, start, workflowID, b.timeout)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if start != nil {
+		// The run's input is the batch: once it started, it holds every
+		// claim, and a request whose wait ends before the decision says so.
+		go func() {
+			run, err := start.Get(ctx)
+			if err != nil {
+				return
+			}
+			for _, p := range batch {
+				select {
+				case p.run <- batchRun{workflowID: workflowID, runID: run.GetRunID()}:
+				default:
+				}
+			}
+		}()
+	}
+	decisions, runID, err := decideClaim[[]workflows.Decision](ctx, b.temporal, start, workflowID, b.timeout, true)
+	if errors.Is(err, errUndecided) {
+		answer(claimResult{workflowID: workflowID, runID: runID,
+			err: fmt.Errorf("batch %s of %d claims: %w", in.BatchID, len(batch), err)}, nil)
+		return
+	}
 	if err != nil {
 		answer(claimResult{err: fmt.Errorf("decide batch %s of %d claims: %w", in.BatchID, len(batch), err)}, nil)
 		return

@@ -212,7 +212,7 @@ func (s *server) issueCoupon(c *gin.Context) {
 	d, runID, err := s.decideCoupon(c, start, workflowID, workflows.ClaimIssueCoupon, true)
 	if errors.Is(err, errUndecided) {
 		s.answerUndecided(c, err, gin.H{"id": in.CouponID, "type_id": typeID, "user_id": req.UserID},
-			in.CouponID, workflowID, runID)
+			couponStatusURL(in.CouponID), workflowID, runID)
 		return
 	}
 	if err != nil {
@@ -325,7 +325,7 @@ func (s *server) useCoupon(c *gin.Context) {
 	d, runID, err := s.decideCoupon(c, start, workflowID, workflows.ClaimUseCoupon, false, ureq)
 	if errors.Is(err, errUndecided) {
 		s.answerUndecided(c, err, gin.H{"coupon_id": couponID, "use_id": ureq.UseID, "user_id": req.UserID},
-			couponID, workflowID, runID)
+			couponStatusURL(couponID), workflowID, runID)
 		return
 	}
 	if err != nil {
@@ -404,18 +404,27 @@ func (s *server) decisionWait(kind workflows.ClaimKind) time.Duration {
 }
 
 // decideCoupon starts (or joins) a coupon run and waits, up to decisionWait
-// of kind, for its decision update; args are the update's arguments. It
-// returns errUndecided (with the run ID when known) when the claim is under
-// way but its decision did not come: the run accepted the update, or, when
+// of kind, for its decision update; args are the update's arguments
+// (decideClaim).
+func (s *server) decideCoupon(c *gin.Context, start client.WithStartWorkflowOperation, workflowID string,
+	kind workflows.ClaimKind, startIsClaim bool, args ...any) (workflows.CouponDecision, string, error) {
+	return decideClaim[workflows.CouponDecision](c.Request.Context(), s.Temporal, start, workflowID,
+		s.decisionWait(kind), startIsClaim, args...)
+}
+
+// decideClaim starts (or joins) a claim's run and waits, up to wait, for
+// its decision update; args are the update's arguments. It returns
+// errUndecided (with the run ID when known) when the claim is under way but
+// its decision did not come: the run accepted the update, or, when
 // startIsClaim (the run's input is the claim), the run started. Any other
 // failure is returned as it is: the claim did not reach a run, and the
 // caller may retry.
-func (s *server) decideCoupon(c *gin.Context, start client.WithStartWorkflowOperation, workflowID string,
-	kind workflows.ClaimKind, startIsClaim bool, args ...any) (workflows.CouponDecision, string, error) {
-	var d workflows.CouponDecision
-	ctx, cancel := context.WithTimeout(c.Request.Context(), s.decisionWait(kind))
+func decideClaim[T any](ctx context.Context, t Temporal, start client.WithStartWorkflowOperation, workflowID string,
+	wait time.Duration, startIsClaim bool, args ...any) (T, string, error) {
+	var d T
+	wctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
-	handle, err := s.Temporal.UpdateWithStartWorkflow(ctx, client.UpdateWithStartWorkflowOptions{
+	handle, err := t.UpdateWithStartWorkflow(wctx, client.UpdateWithStartWorkflowOptions{
 		StartWorkflowOperation: start,
 		UpdateOptions: client.UpdateWorkflowOptions{
 			WorkflowID: workflowID,
@@ -428,7 +437,7 @@ func (s *server) decideCoupon(c *gin.Context, start client.WithStartWorkflowOper
 	})
 	if err != nil {
 		if startIsClaim && start != nil {
-			sctx, scancel := context.WithTimeout(context.WithoutCancel(c.Request.Context()), time.Second)
+			sctx, scancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 			defer scancel()
 			if run, serr := start.Get(sctx); serr == nil {
 				return d, run.GetRunID(), fmt.Errorf("%w: %w", errUndecided, err)
@@ -436,7 +445,7 @@ func (s *server) decideCoupon(c *gin.Context, start client.WithStartWorkflowOper
 		}
 		return d, "", err
 	}
-	if err := handle.Get(ctx, &d); err != nil {
+	if err := handle.Get(wctx, &d); err != nil {
 		return d, handle.RunID(), fmt.Errorf("%w: %w", errUndecided, err)
 	}
 	return d, handle.RunID(), nil
@@ -445,9 +454,8 @@ func (s *server) decideCoupon(c *gin.Context, start client.WithStartWorkflowOper
 // answerUndecided answers 202 for a claim that is under way but was not
 // decided within the wait: the body names the claim and links its status
 // (Location and status_url); the claim finishes on its own.
-func (s *server) answerUndecided(c *gin.Context, err error, body gin.H, couponID, workflowID, runID string) {
+func (s *server) answerUndecided(c *gin.Context, err error, body gin.H, statusURL, workflowID, runID string) {
 	s.Log.Warn("claim not decided within the wait; answered with its status URL", "workflow_id", workflowID, "error", err)
-	statusURL := "/v1/coupons/" + url.PathEscape(couponID)
 	c.Header("Location", statusURL)
 	body["status"] = "pending"
 	body["status_url"] = statusURL
@@ -459,6 +467,9 @@ func (s *server) answerUndecided(c *gin.Context, err error, body gin.H, couponID
 	}
 	c.JSON(http.StatusAccepted, body)
 }
+
+// couponStatusURL is where a coupon's outcome can be read.
+func couponStatusURL(id string) string { return "/v1/coupons/" + url.PathEscape(id) }
 
 func (s *server) getCoupon(c *gin.Context) {
 	got, ok := loadOwned(s, c, s.loadCoupon)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -72,6 +73,10 @@ func (s *server) enroll(c *gin.Context) {
 			writeError(c, http.StatusTooManyRequests, "overloaded", "too many claims waiting; retry after the Retry-After delay", "")
 			return
 		}
+		if errors.Is(err, errUndecided) { // the batch run holds the claim
+			s.answerUndecidedEnrollment(c, err, in, r.workflowID, r.runID)
+			return
+		}
 		if err != nil {
 			s.unavailable(c, fmt.Errorf("enroll %s in %s: %w", req.StudentID, courseID, err))
 			return
@@ -79,7 +84,13 @@ func (s *server) enroll(c *gin.Context) {
 		decision, workflowID, runID = r.decision, r.workflowID, r.runID
 	} else {
 		workflowID = workflows.EnrollmentWorkflowID(courseID, req.StudentID)
-		decision, runID, err = s.decide(c, s.startEnrollment(workflowID, in), workflowID)
+		// The run's input is the claim: once it started, it decides on its own.
+		decision, runID, err = decideClaim[workflows.Decision](c.Request.Context(), s.Temporal,
+			s.startEnrollment(workflowID, in), workflowID, s.decisionWait(workflows.ClaimEnrollment), true)
+		if errors.Is(err, errUndecided) {
+			s.answerUndecidedEnrollment(c, err, in, workflowID, runID)
+			return
+		}
 		if err != nil {
 			s.unavailable(c, fmt.Errorf("enroll %s in %s: %w", req.StudentID, courseID, err))
 			return
@@ -124,6 +135,14 @@ func (s *server) enroll(c *gin.Context) {
 	}
 	// The claim is taken and durable; only its confirmation is late.
 	c.JSON(http.StatusAccepted, current)
+}
+
+// answerUndecidedEnrollment answers 202 for an enrollment whose run holds
+// the claim but did not decide within the wait: the claim finishes on its
+// own, and its outcome is read at the enrollment's status URL.
+func (s *server) answerUndecidedEnrollment(c *gin.Context, err error, in workflows.EnrollmentInput, workflowID, runID string) {
+	s.answerUndecided(c, err, gin.H{"id": in.EnrollmentID, "course_id": in.CourseID, "student_id": in.StudentID},
+		"/v1/enrollments/"+url.PathEscape(in.EnrollmentID), workflowID, runID)
 }
 
 // startEnrollment is the start of a run for one claim.

@@ -316,7 +316,7 @@ func checkArm(t *testing.T, name string, arm map[string]any, scheduled int) {
 	}
 	status := obj(arm, "status")
 	var answered float64
-	for _, code := range []string{"201", "409", "503", "timeout"} {
+	for _, code := range []string{"201", "202", "409", "503", "timeout"} {
 		n, _ := status[code].(float64)
 		answered += n
 	}
@@ -324,7 +324,7 @@ func checkArm(t *testing.T, name string, arm map[string]any, scheduled int) {
 		t.Errorf("%s: no enrollment accepted: %v", name, status)
 	}
 	if requests := num(arm, "requests"); answered != requests {
-		t.Errorf("%s: %v requests but only %v answered 201/409/503/timeout: %v", name, requests, answered, status)
+		t.Errorf("%s: %v requests but only %v answered 201/202/409/503/timeout: %v", name, requests, answered, status)
 	}
 	it := obj(arm, "iterations")
 	if num(it, "scheduled") != float64(scheduled) || num(it, "started")+num(it, "dropped") != float64(scheduled) {

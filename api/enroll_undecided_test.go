@@ -1,0 +1,281 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.temporal.io/sdk/client"
+
+	"github.com/claimflow/claimflow/workflows"
+)
+
+// undecidedTemporal stands for a Temporal whose runs do not decide within
+// the wait. It records the claims of every run it was asked to start.
+type undecidedTemporal struct {
+	// started: the start operation reports run "run-1" once the call that
+	// carries it reached Temporal; otherwise it reports nothing.
+	started bool
+	// refuse: the call fails at once (Temporal did not take the run).
+	refuse error
+	// block: the call waits until its context ends (then fails) or release
+	// is closed (then the update is accepted); otherwise it is accepted at
+	// once. An accepted update never decides.
+	block   bool
+	release chan struct{}
+	entered chan struct{} // receives once per call, when set
+
+	mu     sync.Mutex
+	claims [][]workflows.EnrollmentInput
+}
+
+func (f *undecidedTemporal) NewWithStartWorkflowOperation(_ client.StartWorkflowOptions, _ any, args ...any) client.WithStartWorkflowOperation {
+	op := &fakeStart{temporal: f, called: make(chan struct{})}
+	switch in := args[0].(type) {
+	case workflows.EnrollmentBatchInput:
+		op.claims = in.Claims
+	case workflows.EnrollmentInput:
+		op.claims = []workflows.EnrollmentInput{in}
+	}
+	return op
+}
+
+func (f *undecidedTemporal) UpdateWithStartWorkflow(ctx context.Context, o client.UpdateWithStartWorkflowOptions) (client.WorkflowUpdateHandle, error) {
+	op, ok := o.StartWorkflowOperation.(*fakeStart)
+	if !ok {
+		return nil, errors.New("test: no start operation")
+	}
+	f.mu.Lock()
+	f.claims = append(f.claims, op.claims)
+	f.mu.Unlock()
+	close(op.called)
+	if f.entered != nil {
+		f.entered <- struct{}{}
+	}
+	if f.refuse != nil {
+		return nil, f.refuse
+	}
+	if f.block {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-f.release:
+		}
+	}
+	return undecidedUpdate{workflowID: o.UpdateOptions.WorkflowID}, nil
+}
+
+func (f *undecidedTemporal) SignalWorkflow(context.Context, string, string, string, any) error {
+	return errors.New("test: no signals")
+}
+
+// students lists, per run asked to start, the students of its claims.
+func (f *undecidedTemporal) students() [][]string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out [][]string
+	for _, run := range f.claims {
+		var s []string
+		for _, c := range run {
+			s = append(s, c.StudentID)
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// enrollmentIDs lists the enrollment IDs of every claim that reached a run.
+func (f *undecidedTemporal) enrollmentIDs() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []string
+	for _, run := range f.claims {
+		for _, c := range run {
+			out = append(out, c.EnrollmentID)
+		}
+	}
+	return out
+}
+
+type fakeStart struct {
+	temporal *undecidedTemporal
+	claims   []workflows.EnrollmentInput
+	called   chan struct{}
+}
+
+func (op *fakeStart) Get(ctx context.Context) (client.WorkflowRun, error) {
+	if op.temporal.refuse != nil {
+		return nil, op.temporal.refuse
+	}
+	if op.temporal.started {
+		select {
+		case <-op.called:
+			return fakeRun{runID: "run-1"}, nil
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+type fakeRun struct {
+	client.WorkflowRun
+	runID string
+}
+
+func (r fakeRun) GetRunID() string { return r.runID }
+
+func newUndecidedAPI(t *testing.T, tmp *undecidedTemporal, batching *BatchOptions) http.Handler {
+	t.Helper()
+	auth, err := NewHS256([]byte(testSecret), JWTOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	h := New(Config{Temporal: tmp, DB: unreachablePool(t), Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Security: Security{Auth: auth}, Metrics: reg, Gatherer: reg, DecisionTimeout: 5 * time.Second,
+		Batching: batching})
+	t.Cleanup(h.Close)
+	return h
+}
+
+// enrollWithin posts an enrollment of student in cs101 whose request gives
+// up after within (0: the API's own bound).
+func enrollWithin(t *testing.T, h http.Handler, student string, within time.Duration) *httptest.ResponseRecorder {
+	t.Helper()
+	ctx := context.Background()
+	if within > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, within)
+		defer cancel()
+	}
+	body, _ := json.Marshal(map[string]string{"student_id": student})
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://api.test/v1/courses/cs101/enrollments", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+token(t, student, "", time.Hour))
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	return rec
+}
+
+// checkPending holds a 202 to its promise: the claim a run holds, named by
+// the enrollment ID that run was given, with its status URL.
+func checkPending(t *testing.T, rec *httptest.ResponseRecorder, tmp *undecidedTemporal, wantRun string) {
+	t.Helper()
+	if rec.Code != http.StatusAccepted {
+		t.Fatalf("= %d %s, want 202", rec.Code, rec.Body.String())
+	}
+	var body map[string]any
+	if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil {
+		t.Fatal(err)
+	}
+	id, _ := body["id"].(string)
+	if !slices.Contains(tmp.enrollmentIDs(), id) {
+		t.Fatalf("202 names enrollment %q; the runs hold %v", id, tmp.enrollmentIDs())
+	}
+	statusURL := "/v1/enrollments/" + id
+	if body["status"] != "pending" || body["status_url"] != statusURL || rec.Header().Get("Location") != statusURL ||
+		body["course_id"] != "cs101" || body["run_id"] != wantRun || body["workflow_id"] == "" {
+		t.Errorf("202 with Location %q and %v, want the enrollment's status URL %s and run %q",
+			rec.Header().Get("Location"), body, statusURL, wantRun)
+	}
+}
+
+func checkUnavailable(t *testing.T, rec *httptest.ResponseRecorder) {
+	t.Helper()
+	if rec.Code != http.StatusServiceUnavailable || rec.Header().Get("Retry-After") == "" {
+		t.Fatalf("= %d (Retry-After %q) %s, want 503 with Retry-After", rec.Code, rec.Header().Get("Retry-After"), rec.Body.String())
+	}
+	if e := errorOf(t, rec); e.Code != "unavailable" {
+		t.Errorf("error %+v, want unavailable", e)
+	}
+}
+
+// An enrollment whose run holds the claim but did not decide within the
+// wait answers 202 with the enrollment's status URL, in batch and in single
+// mode; one Temporal did not take answers 503.
+func TestUndecidedEnrollmentAnswers202WithItsStatusURL(t *testing.T) {
+	refused := errors.New("test: frontend unavailable")
+	tests := []struct {
+		name     string
+		batching *BatchOptions
+		temporal *undecidedTemporal
+		// within: how long the request waits (0: the derived wait, which
+		// the fake's answer makes moot).
+		within  time.Duration
+		wantRun string // "" wants 503
+	}{
+		{name: "batch: run accepted the claims, no decision", batching: &BatchOptions{},
+			temporal: &undecidedTemporal{}, wantRun: "run-use"},
+		{name: "batch: run started, the request's wait ends first", batching: &BatchOptions{},
+			temporal: &undecidedTemporal{started: true, block: true}, within: 300 * time.Millisecond, wantRun: "run-1"},
+		{name: "batch: Temporal refused the run", batching: &BatchOptions{},
+			temporal: &undecidedTemporal{refuse: refused}},
+		{name: "batch: the run's start never reported", batching: &BatchOptions{},
+			temporal: &undecidedTemporal{block: true}, within: 300 * time.Millisecond},
+		{name: "single: run accepted the claim, no decision",
+			temporal: &undecidedTemporal{}, wantRun: "run-use"},
+		{name: "single: run started, the update not accepted in the wait",
+			temporal: &undecidedTemporal{started: true, block: true}, within: 300 * time.Millisecond, wantRun: "run-1"},
+		{name: "single: Temporal refused the run",
+			temporal: &undecidedTemporal{refuse: refused}},
+		{name: "single: the run's start never reported",
+			temporal: &undecidedTemporal{block: true}, within: 300 * time.Millisecond},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.temporal.release = make(chan struct{})
+			h := newUndecidedAPI(t, tc.temporal, tc.batching)
+			t.Cleanup(func() { close(tc.temporal.release) })
+			rec := enrollWithin(t, h, "s-1", tc.within)
+			if tc.wantRun == "" {
+				checkUnavailable(t, rec)
+				return
+			}
+			checkPending(t, rec, tc.temporal, tc.wantRun)
+		})
+	}
+}
+
+// A batched claim whose request gave up while it waited for a batch slot
+// is answered 503 and never reaches a run: a 503 must not hide a claim that
+// goes on.
+func TestWithdrawnBatchClaimNeverReachesARun(t *testing.T) {
+	tmp := &undecidedTemporal{block: true, release: make(chan struct{}), entered: make(chan struct{}, 8)}
+	h := newUndecidedAPI(t, tmp, &BatchOptions{InFlight: 1})
+	first := make(chan *httptest.ResponseRecorder, 1)
+	go func() { first <- enrollWithin(t, h, "s-1", 300*time.Millisecond) }()
+	select {
+	case <-tmp.entered: // s-1's batch holds the only slot
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first batch never reached Temporal")
+	}
+	checkUnavailable(t, enrollWithin(t, h, "s-2", 300*time.Millisecond))
+	// Taken into a batch whose start was never reported: 503 too.
+	checkUnavailable(t, <-first)
+	close(tmp.release)
+	// FIFO: s-2's batch, if it went out, went out before or with s-3's.
+	checkPending(t, enrollWithin(t, h, "s-3", 0), tmp, "run-use")
+	for _, run := range tmp.students() {
+		if slices.Contains(run, "s-2") {
+			t.Fatalf("runs asked to start hold %v: the withdrawn claim of s-2 reached a run", tmp.students())
+		}
+	}
+	if got := tmp.students(); len(got) != 2 {
+		t.Fatalf("runs asked to start hold %v, want s-1's and s-3's", got)
+	}
+}
