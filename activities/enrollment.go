@@ -36,6 +36,9 @@ type Activities struct {
 	Metrics  *Metrics
 	// Payouts reaches the vendors' payout API (coupon uses).
 	Payouts Payouts
+	// WaitlistPerSeat bounds a course's waitlist at this many places per
+	// seat of capacity (0: no waitlist at all).
+	WaitlistPerSeat int
 
 	// lastSendFailure is when a batch send last failed (Unix nanoseconds),
 	// for PublishBatchInput.FailFast.
@@ -75,12 +78,24 @@ func (a *Activities) ReserveSeat(ctx context.Context, in workflows.ReserveSeatIn
 		if tag.RowsAffected() == 0 {
 			return a.explainConflict(ctx, tx, in, &res)
 		}
-		tag, err = tx.Exec(ctx, `UPDATE courses SET enrolled = enrolled + 1 WHERE id = $1 AND enrolled < capacity`, in.CourseID)
+		// A free seat goes to a new claim only while nobody waits for one;
+		// otherwise it is the waitlist's (a promotion is on its way).
+		tag, err = tx.Exec(ctx, `UPDATE courses SET enrolled = enrolled + 1 WHERE id = $1 AND enrolled < capacity AND waitlisted = 0`, in.CourseID)
 		if err != nil {
 			return fmt.Errorf("take a seat in %s: %w", in.CourseID, err)
 		}
 		if tag.RowsAffected() == 0 {
-			return workflows.Refuse(workflows.RefusalCourseFull, "course %q has no seat left", in.CourseID)
+			if !in.Waitlist {
+				return workflows.Refuse(workflows.RefusalCourseFull, "course %q has no seat left", in.CourseID)
+			}
+			pos, err := a.joinWaitlist(ctx, tx, in.CourseID, []string{in.EnrollmentID})
+			if err != nil {
+				return err
+			}
+			if pos[0] == 0 {
+				return workflows.Refuse(workflows.RefusalWaitlistFull, "course %q is full and so is its waitlist", in.CourseID)
+			}
+			res.Position = pos[0]
 		}
 		return tx.QueryRow(ctx, `SELECT recorded_at FROM enrollments WHERE id = $1`, in.EnrollmentID).Scan(&res.RecordedAt)
 	})
@@ -96,6 +111,10 @@ func (a *Activities) explainConflict(ctx context.Context, tx pgx.Tx, in workflow
 		if status == string(workflows.StatusFailed) || status == string(workflows.StatusCancelled) {
 			return workflows.Refuse(workflows.RefusalEnrollmentInactive, "enrollment %s is already %s", in.EnrollmentID, status)
 		}
+		if status == string(workflows.StatusWaitlisted) {
+			res.Position, err = waitlistPosition(ctx, tx, in.EnrollmentID)
+			return err
+		}
 		return nil
 	}
 	if !errors.Is(err, pgx.ErrNoRows) {
@@ -104,7 +123,7 @@ func (a *Activities) explainConflict(ctx context.Context, tx pgx.Tx, in workflow
 	var holder string
 	err = tx.QueryRow(ctx, `
 		SELECT id FROM enrollments
-		WHERE course_id = $1 AND student_id = $2 AND status IN ('reserved', 'confirmed', 'dead_lettered')`,
+		WHERE course_id = $1 AND student_id = $2 AND status IN ('reserved', 'confirmed', 'dead_lettered', 'waitlisted')`,
 		in.CourseID, in.StudentID).Scan(&holder)
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return fmt.Errorf("look up enrollment of %s in %s: %w", in.StudentID, in.CourseID, err)
@@ -308,6 +327,21 @@ func (a *Activities) CancelEnrollment(ctx context.Context, in workflows.CancelEn
 				"enrollment %s is %s; it can be cancelled once confirmed (or compensated through its dead letter)", in.EnrollmentID, status)
 		case workflows.StatusFailed:
 			return workflows.Refuse(workflows.RefusalEnrollmentInactive, "enrollment %s failed and holds no seat", in.EnrollmentID)
+		case workflows.StatusWaitlisted:
+			// Leaving the queue: under the course's lock, as joining it was.
+			if _, err := tx.Exec(ctx, `SELECT 1 FROM courses WHERE id = $1 FOR UPDATE`, res.CourseID); err != nil {
+				return fmt.Errorf("lock course %s: %w", res.CourseID, err)
+			}
+			if _, err := tx.Exec(ctx, `
+				UPDATE enrollments SET status = 'cancelled', cancelled_at = clock_timestamp(), updated_at = now()
+				WHERE id = $1`, in.EnrollmentID); err != nil {
+				return fmt.Errorf("take %s off the waitlist: %w", in.EnrollmentID, err)
+			}
+			if _, err := tx.Exec(ctx, `UPDATE courses SET waitlisted = waitlisted - 1 WHERE id = $1`, res.CourseID); err != nil {
+				return fmt.Errorf("count the waitlist of %s: %w", res.CourseID, err)
+			}
+			res.Changed, res.LeftWaitlist, res.Status = true, true, workflows.StatusCancelled
+			return nil
 		}
 		if _, err := tx.Exec(ctx, `
 			UPDATE enrollments SET status = 'cancelled', cancelled_at = clock_timestamp(), updated_at = now()
@@ -317,7 +351,7 @@ func (a *Activities) CancelEnrollment(ctx context.Context, in workflows.CancelEn
 		if _, err := tx.Exec(ctx, `UPDATE courses SET enrolled = enrolled - 1 WHERE id = $1`, res.CourseID); err != nil {
 			return fmt.Errorf("free the seat of %s in %s: %w", in.EnrollmentID, res.CourseID, err)
 		}
-		res.Changed, res.Status = true, workflows.StatusCancelled
+		res.Changed, res.FreedSeat, res.Status = true, true, workflows.StatusCancelled
 		return nil
 	})
 	return res, err

@@ -39,17 +39,21 @@ func (a *Activities) ReserveSeats(ctx context.Context, in workflows.ReserveSeats
 
 	err := pgx.BeginFunc(ctx, a.DB, func(tx pgx.Tx) error {
 		available := map[string]int{}
-		rows, err := tx.Query(ctx, `SELECT id, capacity - enrolled FROM courses WHERE id = ANY($1) ORDER BY id FOR UPDATE`, courseIDs)
+		queues := map[string]*queue{}
+		rows, err := tx.Query(ctx, `SELECT id, capacity - enrolled, capacity, waitlisted, waitlist_tail FROM courses WHERE id = ANY($1) ORDER BY id FOR UPDATE`, courseIDs)
 		if err != nil {
 			return fmt.Errorf("lock courses %v: %w", courseIDs, err)
 		}
 		for rows.Next() {
 			var id string
-			var free int
-			if err := rows.Scan(&id, &free); err != nil {
+			var free, capacity int
+			q := &queue{}
+			if err := rows.Scan(&id, &free, &capacity, &q.waiting, &q.tail); err != nil {
 				return err
 			}
 			available[id] = free
+			q.room = a.waitlistLimit(capacity) - q.waiting
+			queues[id] = q
 		}
 		if err := rows.Err(); err != nil {
 			return fmt.Errorf("lock courses: %w", err)
@@ -68,7 +72,7 @@ func (a *Activities) ReserveSeats(ctx context.Context, in workflows.ReserveSeats
 			SELECT e.id, e.course_id, e.student_id, e.status
 			FROM unnest($2::text[], $3::text[]) AS r(course_id, student_id)
 			JOIN enrollments e ON e.course_id = r.course_id AND e.student_id = r.student_id
-			WHERE e.status IN ('reserved', 'confirmed', 'dead_lettered')`,
+			WHERE e.status IN ('reserved', 'confirmed', 'dead_lettered', 'waitlisted')`,
 			ids, claimCourses, students)
 		if err != nil {
 			return fmt.Errorf("look up existing enrollments: %w", err)
@@ -81,7 +85,7 @@ func (a *Activities) ReserveSeats(ctx context.Context, in workflows.ReserveSeats
 			if slices.Contains(ids, id) {
 				own[id] = status
 			}
-			if status == "reserved" || status == "confirmed" || status == "dead_lettered" {
+			if status == "reserved" || status == "confirmed" || status == "dead_lettered" || status == "waitlisted" {
 				holders[claimKey{course, student}] = id
 			}
 		}
@@ -91,16 +95,25 @@ func (a *Activities) ReserveSeats(ctx context.Context, in workflows.ReserveSeats
 
 		var insIDs, insCourses, insStudents, insWorkflows, insRuns []string
 		var insRequested []time.Time
+		var wlIDs, wlCourses, wlStudents, wlWorkflows, wlRuns []string
+		var wlRequested []time.Time
+		var wlSeqs []int64
 		taken := map[string]int{}
 		for i, c := range in.Claims {
 			d := &res.Decisions[i]
 			d.EnrollmentID = c.EnrollmentID
 			key := claimKey{c.CourseID, c.StudentID}
 			if status, ok := own[c.EnrollmentID]; ok {
-				if status == "failed" || status == "cancelled" {
+				switch status {
+				case "failed", "cancelled":
 					d.Status, d.Refusal = workflows.StatusRefused, workflows.RefusalEnrollmentInactive
 					d.Message = fmt.Sprintf("enrollment %s is already %s", c.EnrollmentID, status)
-				} else {
+				case "waitlisted":
+					d.Status = workflows.StatusWaitlisted
+					if d.Position, err = waitlistPosition(ctx, tx, c.EnrollmentID); err != nil {
+						return err
+					}
+				default:
 					d.Status = workflows.StatusReserved
 				}
 				continue
@@ -113,7 +126,29 @@ func (a *Activities) ReserveSeats(ctx context.Context, in workflows.ReserveSeats
 			case holder != "":
 				d.Status, d.Refusal, d.EnrollmentID = workflows.StatusRefused, workflows.RefusalAlreadyEnrolled, holder
 				d.Message = fmt.Sprintf("student %q is already enrolled in %q", c.StudentID, c.CourseID)
-			case free <= 0:
+			case (free <= 0 || queues[c.CourseID].waiting > 0) && c.Waitlist:
+				// Full, or a promotion is on its way to the free seat: the
+				// claim queues behind those already waiting.
+				q := queues[c.CourseID]
+				if q.room <= 0 {
+					d.Status, d.Refusal = workflows.StatusRefused, workflows.RefusalWaitlistFull
+					d.Message = fmt.Sprintf("course %q is full and so is its waitlist", c.CourseID)
+					continue
+				}
+				q.room--
+				q.waiting++
+				q.tail++
+				q.joined++
+				d.Status, d.Position = workflows.StatusWaitlisted, q.waiting
+				holders[key] = c.EnrollmentID
+				wlIDs = append(wlIDs, c.EnrollmentID)
+				wlCourses = append(wlCourses, c.CourseID)
+				wlStudents = append(wlStudents, c.StudentID)
+				wlWorkflows = append(wlWorkflows, in.WorkflowID)
+				wlRuns = append(wlRuns, in.RunID)
+				wlRequested = append(wlRequested, c.RequestedAt)
+				wlSeqs = append(wlSeqs, q.tail)
+			case free <= 0 || queues[c.CourseID].waiting > 0:
 				d.Status, d.Refusal = workflows.StatusRefused, workflows.RefusalCourseFull
 				d.Message = fmt.Sprintf("course %q has no seat left", c.CourseID)
 			default:
@@ -128,6 +163,9 @@ func (a *Activities) ReserveSeats(ctx context.Context, in workflows.ReserveSeats
 				insRuns = append(insRuns, in.RunID)
 				insRequested = append(insRequested, c.RequestedAt)
 			}
+		}
+		if err := a.insertWaitlisted(ctx, tx, queues, wlIDs, wlCourses, wlStudents, wlWorkflows, wlRuns, wlRequested, wlSeqs); err != nil {
+			return err
 		}
 		if len(insIDs) == 0 {
 			return nil
@@ -156,6 +194,44 @@ func (a *Activities) ReserveSeats(ctx context.Context, in workflows.ReserveSeats
 		return nil
 	})
 	return res, err
+}
+
+// queue is a course's waitlist while a batch decides: places left, people
+// waiting, the last place's number, and how many this batch added.
+type queue struct {
+	room, waiting, joined int
+	tail                  int64
+}
+
+// insertWaitlisted writes the batch's waitlisted enrollments with their
+// places and counts them on their courses.
+func (a *Activities) insertWaitlisted(ctx context.Context, tx pgx.Tx, queues map[string]*queue,
+	ids, courses, students, wfs, runs []string, requested []time.Time, seqs []int64) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	if _, err := tx.Exec(ctx, `
+		INSERT INTO enrollments (id, course_id, student_id, status, workflow_id, run_id, requested_at, recorded_at, waitlist_seq, waitlisted_at)
+		SELECT id, course_id, student_id, 'waitlisted', workflow_id, run_id, requested_at, clock_timestamp(), seq, clock_timestamp()
+		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::timestamptz[], $7::bigint[])
+		     AS r(id, course_id, student_id, workflow_id, run_id, requested_at, seq)`,
+		ids, courses, students, wfs, runs, requested, seqs); err != nil {
+		return fmt.Errorf("put %d enrollments on waitlists: %w", len(ids), err)
+	}
+	var cs []string
+	var ns []int32
+	for id, q := range queues {
+		if q.joined > 0 {
+			cs = append(cs, id)
+			ns = append(ns, int32(q.joined))
+		}
+	}
+	if _, err := tx.Exec(ctx, `
+		UPDATE courses c SET waitlisted = c.waitlisted + t.n, waitlist_tail = c.waitlist_tail + t.n
+		FROM unnest($1::text[], $2::int[]) AS t(id, n) WHERE c.id = t.id`, cs, ns); err != nil {
+		return fmt.Errorf("count the waitlists: %w", err)
+	}
+	return nil
 }
 
 // failFastWindow is how long after a failed send a FailFast publish is
@@ -306,14 +382,20 @@ func (a *Activities) ConfirmBatch(ctx context.Context, ids []string) error {
 // reserved fails and gives its seat back; running it twice frees nothing more.
 func (a *Activities) ReleaseSeats(ctx context.Context, ids []string) error {
 	return pgx.BeginFunc(ctx, a.DB, func(tx pgx.Tx) error {
+		// A batch that fails before it answered also takes back the places
+		// its claims took on waitlists.
 		if _, err := tx.Exec(ctx, `
-			WITH released AS (
-				UPDATE enrollments SET status = 'failed', failed_at = clock_timestamp(), updated_at = now()
-				WHERE id = ANY($1) AND status IN ('reserved', 'dead_lettered')
-				RETURNING course_id
+			WITH held AS (
+				SELECT id, course_id, status FROM enrollments
+				WHERE id = ANY($1) AND status IN ('reserved', 'dead_lettered', 'waitlisted') FOR UPDATE
+			), released AS (
+				UPDATE enrollments e SET status = 'failed', failed_at = clock_timestamp(), updated_at = now()
+				FROM held WHERE e.id = held.id
+				RETURNING held.course_id, held.status AS was
 			)
-			UPDATE courses c SET enrolled = c.enrolled - r.n
-			FROM (SELECT course_id, count(*) AS n FROM released GROUP BY course_id) r
+			UPDATE courses c SET enrolled = c.enrolled - r.seats, waitlisted = c.waitlisted - r.places
+			FROM (SELECT course_id, count(*) FILTER (WHERE was <> 'waitlisted') AS seats, count(*) FILTER (WHERE was = 'waitlisted') AS places
+			      FROM released GROUP BY course_id) r
 			WHERE c.id = r.course_id`, ids); err != nil {
 			return fmt.Errorf("release %d seats: %w", len(ids), err)
 		}

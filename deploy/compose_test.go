@@ -611,6 +611,7 @@ var composeDefaulted = map[string]string{
 	"MAX_CONFIRM_WAITERS":         "the default bounds the waiters of one API process",
 	"INTERNAL_HTTP_ADDR":          "set on the api; the worker and the consumer serve METRICS_ADDR",
 	"NOTIFY_WEBHOOK_URL":          "optional: unset, notifications go to the table alone",
+	"WAITLIST_PER_SEAT":           "the default bound is documented in docs/waitlist.md",
 	// Authentication: the api uses hs256 with JWT_SECRET (authConfigured).
 	"AUTH_MODE":    "hs256, with the operator's JWT_SECRET",
 	"JWKS_URL":     "only with AUTH_MODE=jwks",

@@ -68,6 +68,8 @@ var (
 	ResolveDeadLetter = ActivityNoResult[ResolveDeadLetterInput]{Name: "ResolveDeadLetter"}
 	// CancelEnrollment is activities.(*Activities).CancelEnrollment.
 	CancelEnrollment = Activity[CancelEnrollmentInput, CancelEnrollmentResult]{Name: "CancelEnrollment"}
+	// PromoteWaitlist is activities.(*Activities).PromoteWaitlist.
+	PromoteWaitlist = Activity[PromoteWaitlistInput, PromoteWaitlistResult]{Name: "PromoteWaitlist"}
 
 	// ReserveSeats is activities.(*Activities).ReserveSeats; a local activity.
 	ReserveSeats = Activity[ReserveSeatsInput, ReserveSeatsResult]{Name: "ReserveSeats"}
@@ -112,10 +114,14 @@ type ReserveSeatInput struct {
 	WorkflowID   string
 	RunID        string
 	RequestedAt  time.Time
+	// Waitlist: when the course is full, join its waitlist.
+	Waitlist bool `json:",omitempty"`
 }
 
 type ReserveSeatResult struct {
 	RecordedAt time.Time
+	// Position is set when the claim joined the waitlist instead.
+	Position int `json:",omitempty"`
 }
 
 // PublishInput sends one message with acks from all in-sync replicas.
@@ -181,4 +187,23 @@ type CancelEnrollmentResult struct {
 	CourseID  string
 	StudentID string
 	Status    EnrollmentStatus
+	// FreedSeat: a confirmed enrollment gave its seat back, which the
+	// course's waitlist may take. LeftWaitlist: a waitlisted one left the
+	// queue; it held no seat and nobody downstream heard of it.
+	FreedSeat    bool `json:",omitempty"`
+	LeftWaitlist bool `json:",omitempty"`
+}
+
+// PromoteWaitlistInput promotes the head of a course's waitlist into every
+// free seat. By names the step that freed the seats; a retry with the same
+// By returns what it promoted before, so each promoted enrollment gets its
+// run exactly once.
+type PromoteWaitlistInput struct {
+	CourseID string
+	By       string
+}
+
+// PromoteWaitlistResult lists the promoted enrollments, in queue order.
+type PromoteWaitlistResult struct {
+	Promoted []EnrollmentInput
 }

@@ -20,6 +20,8 @@ const (
 	RefusalEnrollmentNotFound Refusal = "enrollment_not_found"
 	RefusalEnrollmentPending  Refusal = "enrollment_pending"
 	RefusalEnrollmentInactive Refusal = "enrollment_not_active"
+	// RefusalWaitlistFull: the course is full and so is its waitlist.
+	RefusalWaitlistFull Refusal = "waitlist_full"
 )
 
 // Coupon refusals. payout_declined and payout_failed answer a use whose
@@ -43,6 +45,7 @@ const (
 var activityRefusals = map[Refusal]bool{
 	RefusalCourseFull: true, RefusalAlreadyEnrolled: true, RefusalCourseNotFound: true,
 	RefusalEnrollmentNotFound: true, RefusalEnrollmentPending: true, RefusalEnrollmentInactive: true,
+	RefusalWaitlistFull: true,
 
 	RefusalSoldOut: true, RefusalAlreadyIssued: true, RefusalCouponTypeNotFound: true,
 	RefusalCouponNotFound: true, RefusalNotOwner: true, RefusalAlreadyUsed: true,

@@ -65,6 +65,9 @@ const (
 	StatusDeadLettered EnrollmentStatus = "dead_lettered"
 	StatusFailed       EnrollmentStatus = "failed"
 	StatusCancelled    EnrollmentStatus = "cancelled"
+	// StatusWaitlisted: the course was full and the claim asked to wait;
+	// Decision.Position is its place in the course's queue.
+	StatusWaitlisted EnrollmentStatus = "waitlisted"
 	// StatusRefused: a business refusal ended the run; Refusal says which.
 	StatusRefused EnrollmentStatus = "refused"
 	// StatusHandedOff: a batch run whose publish ran out of retries handed

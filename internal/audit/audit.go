@@ -84,6 +84,10 @@ type Report struct {
 	// under one idempotency key are at-least-once, a key taking effect twice
 	// or changing its body is a fault.
 	Webhook *notifysim.Ledger `json:"webhook,omitempty"`
+	// Waitlist is the waitlists' invariants (store.AuditWaitlist): no free
+	// seat while someone waits, promotions first come first served and
+	// once each, counters true.
+	Waitlist *store.WaitlistReport `json:"waitlist,omitempty"`
 	// The first few IDs of each fault, to start looking.
 	LostIDs      []string `json:"lost_event_ids,omitempty"`
 	DuplicateIDs []string `json:"duplicate_effect_event_ids,omitempty"`
@@ -99,7 +103,7 @@ type Report struct {
 // fault.
 func (r Report) OK() bool {
 	return r.Lost == 0 && r.DuplicateEffects == 0 && r.PayloadMismatches == 0 && r.ClaimDuplicates == 0 &&
-		r.Orphans == 0 && r.LateInline == 0 && (r.Webhook == nil || r.Webhook.OK())
+		r.Orphans == 0 && r.LateInline == 0 && (r.Webhook == nil || r.Webhook.OK()) && (r.Waitlist == nil || r.Waitlist.OK())
 }
 
 // Input is what Run reads.
@@ -180,6 +184,11 @@ func Run(ctx context.Context, in Input) (Report, error) {
 	}
 	running := func(ids []string) map[string]bool { return runningDeliveries(ctx, in.Temporal, ids) }
 	r = assess(r, ts, notes, parked, running, ledger, in.Webhook != nil, in.Show)
+	wl, err := store.AuditWaitlist(ctx, in.DB, "")
+	if err != nil {
+		return r, err
+	}
+	r.Waitlist = &wl
 	r.Took = time.Since(began).Round(time.Millisecond).String()
 	return r, nil
 }
@@ -593,6 +602,12 @@ func (r Report) WriteText(w io.Writer) {
 			"%d keys took effect twice, %d changed body\n",
 			l.Keys, l.Attempts, l.Effects, l.Resent, l.Retried, len(l.DoubleEffects), len(l.BodyChanged))
 	}
+	if wl := r.Waitlist; wl != nil {
+		fmt.Fprintf(w, "  waitlists: %d courses, %d waiting, %d promoted; free seats while waiting %d, oversold %d, "+
+			"counters off %d, promoted twice %d, out of order %d, waitlisted and enrolled %d\n",
+			wl.Courses, wl.Waiting, wl.Promotions, len(wl.FreeSeatsWhileWaiting), len(wl.Oversold),
+			len(wl.CounterMismatches), wl.DoublePromotions, wl.OutOfOrder, wl.WaitlistedAndEnrolled)
+	}
 	for _, x := range []struct {
 		what string
 		ids  []string
@@ -611,7 +626,7 @@ func (r Report) WriteText(w io.Writer) {
 	if r.OK() {
 		fmt.Fprintln(w, "OK: no event lost, no effect twice, copies identical, inline deliveries in key order")
 	} else {
-		fmt.Fprintln(w, "FAILED: see lost, duplicate effects, payloads, notifications without event, webhook and inline order above")
+		fmt.Fprintln(w, "FAILED: see lost, duplicate effects, payloads, notifications without event, webhook, inline order and waitlists above")
 	}
 }
 

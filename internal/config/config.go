@@ -29,6 +29,9 @@ const (
 	// attribute values below the server's default per-value limit
 	// (frontend.searchAttributesSizeOfValueLimit, 2 KiB).
 	DefaultClaimBatchAttrBytes = 2000
+	// DefaultWaitlistPerSeat bounds a course's waitlist at this many places
+	// per seat of capacity.
+	DefaultWaitlistPerSeat = 2
 	// DefaultConsumerBatch is large enough that a batch's round trips (one
 	// commit, one offset commit) are shared by many records, small enough
 	// that a batch lost to a crash is redone quickly.
@@ -111,6 +114,7 @@ var variables = []variable{
 	{"CLAIM_BATCH_MAX", strconv.Itoa(DefaultClaimBatchMax), "claims one batch run decides"},
 	{"CLAIM_BATCH_INFLIGHT", strconv.Itoa(DefaultClaimBatchInFlight), "batch runs under way at once"},
 	{"CLAIM_BATCH_ATTR_BYTES", strconv.Itoa(DefaultClaimBatchAttrBytes), "bound of a batch's search attribute values"},
+	{"WAITLIST_PER_SEAT", strconv.Itoa(DefaultWaitlistPerSeat), "waitlist places per seat of a course's capacity (0: no waitlist)"},
 }
 
 // Names lists every environment variable claimflow reads, for usage texts
@@ -190,6 +194,8 @@ type Config struct {
 	// attribute values; it must not exceed the server's
 	// frontend.searchAttributesSizeOfValueLimit.
 	ClaimBatchAttrBytes int
+	// WaitlistPerSeat bounds each course's waitlist (places per seat).
+	WaitlistPerSeat int
 
 	// set records the variables given a non-empty value.
 	set map[string]bool
@@ -275,6 +281,9 @@ func load(lookup func(string) (string, bool)) (Config, error) {
 	}
 	if c.ClaimBatchAttrBytes, err = e.positive("CLAIM_BATCH_ATTR_BYTES"); err != nil {
 		return c, err
+	}
+	if c.WaitlistPerSeat, err = strconv.Atoi(e.get("WAITLIST_PER_SEAT")); err != nil || c.WaitlistPerSeat < 0 || c.WaitlistPerSeat > 1000 {
+		return c, fmt.Errorf("WAITLIST_PER_SEAT must be a whole number from 0 to 1000, got %q", e.raw("WAITLIST_PER_SEAT"))
 	}
 	c.ShutdownTimeout, err = time.ParseDuration(e.get("SHUTDOWN_TIMEOUT"))
 	if err != nil {

@@ -188,7 +188,8 @@ func StartWorker(cfg config.Config, log *slog.Logger, pool *pgxpool.Pool, tc cli
 		return nil, err
 	}
 	acts := &activities.Activities{DB: pool, Producer: producer, Log: log.With("component", "activities"),
-		Metrics: tel.Activities, Payouts: activities.NewPayouts(cfg.PayoutURL, cfg.PayoutTimeout)}
+		Metrics: tel.Activities, Payouts: activities.NewPayouts(cfg.PayoutURL, cfg.PayoutTimeout),
+		WaitlistPerSeat: cfg.WaitlistPerSeat}
 	delivery := &consumer.Activities{DB: pool, Producer: producer, Log: log.With("component", "delivery"),
 		Sink: NotifySink(cfg, pool)}
 	w := worker.New(tc, acts, delivery, worker.Options{

@@ -31,13 +31,15 @@ var ErrVendorNotFound = errors.New("vendor not found")
 
 // Course is a row of courses, with the seats left.
 type Course struct {
-	ID        string    `json:"id"`
-	Title     string    `json:"title"`
-	Capacity  int       `json:"capacity"`
-	Credits   int       `json:"credits"`
-	Enrolled  int       `json:"enrolled"`
-	Available int       `json:"available"`
-	CreatedAt time.Time `json:"created_at"`
+	ID        string `json:"id"`
+	Title     string `json:"title"`
+	Capacity  int    `json:"capacity"`
+	Credits   int    `json:"credits"`
+	Enrolled  int    `json:"enrolled"`
+	Available int    `json:"available"`
+	// Waitlisted is the length of the course's waitlist.
+	Waitlisted int       `json:"waitlisted"`
+	CreatedAt  time.Time `json:"created_at"`
 }
 
 // InsertCourse creates a course; created is false when the ID is taken.
@@ -54,10 +56,35 @@ func InsertCourse(ctx context.Context, db DB, id, title string, capacity, credit
 // LoadCourse reads a course.
 func LoadCourse(ctx context.Context, db DB, id string) (Course, error) {
 	var got Course
-	err := db.QueryRow(ctx, `SELECT id, title, capacity, credits, enrolled, created_at FROM courses WHERE id = $1`, id).
-		Scan(&got.ID, &got.Title, &got.Capacity, &got.Credits, &got.Enrolled, &got.CreatedAt)
+	err := db.QueryRow(ctx, `SELECT id, title, capacity, credits, enrolled, waitlisted, created_at FROM courses WHERE id = $1`, id).
+		Scan(&got.ID, &got.Title, &got.Capacity, &got.Credits, &got.Enrolled, &got.Waitlisted, &got.CreatedAt)
 	got.Available = got.Capacity - got.Enrolled
 	return got, err
+}
+
+// ErrBelowEnrolled: a capacity below the seats already taken.
+var ErrBelowEnrolled = errors.New("capacity below the enrolled count")
+
+// SetCapacity changes a course's capacity; never below its enrolled count
+// (ErrBelowEnrolled), and ErrNotFound for no such course. It answers the
+// capacity before the change. Seats a raise frees belong to the waitlist:
+// the caller starts its promotion.
+func SetCapacity(ctx context.Context, db DB, id string, capacity int) (before int, err error) {
+	err = db.QueryRow(ctx, `
+		WITH old AS (SELECT id, capacity, enrolled FROM courses WHERE id = $1 FOR UPDATE)
+		UPDATE courses c SET capacity = $2 FROM old
+		WHERE c.id = old.id AND old.enrolled <= $2
+		RETURNING old.capacity`, id, capacity).Scan(&before)
+	if errors.Is(err, pgx.ErrNoRows) {
+		if _, lerr := LoadCourse(ctx, db, id); lerr != nil {
+			return 0, lerr
+		}
+		return 0, ErrBelowEnrolled
+	}
+	if err != nil {
+		return 0, fmt.Errorf("set the capacity of %s: %w", id, err)
+	}
+	return before, nil
 }
 
 // Enrollment is a row of enrollments.
@@ -75,17 +102,28 @@ type Enrollment struct {
 	ConfirmedAt *time.Time `json:"confirmed_at,omitempty"`
 	CancelledAt *time.Time `json:"cancelled_at,omitempty"`
 	FailedAt    *time.Time `json:"failed_at,omitempty"`
+	// Position is a waitlisted enrollment's place in its course's queue
+	// (1: next to be promoted); WaitlistedAt and PromotedAt say when it
+	// joined and left the queue for a seat.
+	Position     *int       `json:"position,omitempty"`
+	WaitlistedAt *time.Time `json:"waitlisted_at,omitempty"`
+	PromotedAt   *time.Time `json:"promoted_at,omitempty"`
 }
 
 // LoadEnrollment reads an enrollment.
 func LoadEnrollment(ctx context.Context, db DB, id string) (Enrollment, error) {
 	var e Enrollment
 	err := db.QueryRow(ctx, `
-		SELECT id, course_id, student_id, status, workflow_id, run_id,
-		       requested_at, recorded_at, published_at, confirmed_at, cancelled_at, failed_at
-		FROM enrollments WHERE id = $1`, id).
+		SELECT e.id, e.course_id, e.student_id, e.status, e.workflow_id, e.run_id,
+		       e.requested_at, e.recorded_at, e.published_at, e.confirmed_at, e.cancelled_at, e.failed_at,
+		       e.waitlisted_at, e.promoted_at,
+		       CASE WHEN e.status = 'waitlisted' THEN (
+		           SELECT count(*)::int FROM enrollments w
+		           WHERE w.course_id = e.course_id AND w.status = 'waitlisted' AND w.waitlist_seq <= e.waitlist_seq) END
+		FROM enrollments e WHERE e.id = $1`, id).
 		Scan(&e.ID, &e.CourseID, &e.StudentID, &e.Status, &e.WorkflowID, &e.RunID,
-			&e.RequestedAt, &e.RecordedAt, &e.PublishedAt, &e.ConfirmedAt, &e.CancelledAt, &e.FailedAt)
+			&e.RequestedAt, &e.RecordedAt, &e.PublishedAt, &e.ConfirmedAt, &e.CancelledAt, &e.FailedAt,
+			&e.WaitlistedAt, &e.PromotedAt, &e.Position)
 	return e, err
 }
 

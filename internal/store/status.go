@@ -28,6 +28,6 @@ const (
 // status columns, for the lists' ?status= filters;
 // TestStatusListsAreTheChecks ties each to its table's CHECK constraint.
 var (
-	EnrollmentStatuses = []string{EnrollmentReserved, EnrollmentConfirmed, EnrollmentDeadLettered, "failed", "cancelled"}
+	EnrollmentStatuses = []string{EnrollmentReserved, EnrollmentConfirmed, EnrollmentDeadLettered, "failed", "cancelled", "waitlisted"}
 	CouponStatuses     = []string{"issued", "using", CouponUsed, CouponRevoked}
 )
