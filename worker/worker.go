@@ -55,6 +55,7 @@ type Registry interface {
 func RegisterWorkflows(r Registry) {
 	r.RegisterWorkflow(workflows.Enrollment)
 	r.RegisterWorkflow(workflows.Cancellation)
+	r.RegisterWorkflow(workflows.Promotion)
 	r.RegisterWorkflow(workflows.EnrollmentBatch)
 	r.RegisterWorkflow(workflows.IssueCoupon)
 	r.RegisterWorkflow(workflows.UseCoupon)
@@ -77,6 +78,7 @@ type EnrollmentActivities interface {
 	RecordDeadLetter(context.Context, workflows.DeadLetterInput) (workflows.DeadLetterRecord, error)
 	ResolveDeadLetter(context.Context, workflows.ResolveDeadLetterInput) error
 	CancelEnrollment(context.Context, workflows.CancelEnrollmentInput) (workflows.CancelEnrollmentResult, error)
+	PromoteWaitlist(context.Context, workflows.PromoteWaitlistInput) (workflows.PromoteWaitlistResult, error)
 }
 
 // BatchActivities are the effects of EnrollmentBatch.
@@ -124,6 +126,7 @@ func RegisterActivities(r Registrar, sagas SagaActivities, delivery DeliveryActi
 	register(r, workflows.RecordDeadLetter, sagas.RecordDeadLetter)
 	registerNoResult(r, workflows.ResolveDeadLetter, sagas.ResolveDeadLetter)
 	register(r, workflows.CancelEnrollment, sagas.CancelEnrollment)
+	register(r, workflows.PromoteWaitlist, sagas.PromoteWaitlist)
 
 	// The batch calls ReserveSeats, ConfirmBatch and (on its fast path)
 	// PublishBatch as local activities, by these same registered names.

@@ -56,7 +56,7 @@ func (c *consumer) RecordConsumeDeadLetter(context.Context, workflows.ConsumeDea
 // flight) carry. A change here breaks their replay, so it must be deliberate.
 var recordedNames = []string{
 	"CancelEnrollment", "ConfirmBatch", "DeliverNotification", "MarkConfirmed", "MarkCouponUsed",
-	"PayVendor", "Publish", "PublishBatch", "RecordConsumeDeadLetter", "RecordDeadLetter", "RecordPayout",
+	"PayVendor", "PromoteWaitlist", "Publish", "PublishBatch", "RecordConsumeDeadLetter", "RecordDeadLetter", "RecordPayout",
 	"ReleaseSeat", "ReleaseSeats", "ReserveCoupon", "ReserveSeat", "ReserveSeats", "ResolveDeadLetter",
 	"RevokeCoupon", "UnmarkCouponUsed",
 }

@@ -49,8 +49,17 @@ func runCancellation(ctx workflow.Context, in CancellationInput, c *claim[Enroll
 		workflow.GetLogger(ctx).Warn("upsert search attributes failed", "error", err)
 	}
 	c.decide(ctx, Decision{EnrollmentID: in.EnrollmentID, Status: result.Status})
-	if !result.Changed {
+	if !result.Changed || result.LeftWaitlist {
+		// A waitlisted enrollment held no seat, and downstream never heard
+		// of it: leaving the queue frees nothing and tells nobody.
 		return nil
+	}
+	if result.FreedSeat {
+		// The seat goes to the head of the waitlist before the cancellation
+		// is published: a broker outage must not keep it free.
+		if err := startPromotion(ctx, result.CourseID, in.EnrollmentID+":cancelled"); err != nil {
+			return err
+		}
 	}
 
 	cancelled := Message{Topic: EnrollmentTopic, Key: result.CourseID, Event: Event{

@@ -26,8 +26,15 @@ type EnrollmentInput struct {
 	StudentID    string
 	RequestedAt  time.Time
 	// Reserved says the seat is already taken for this enrollment (by a
-	// batch run), so the run starts at the publish step.
+	// batch run, or by a promotion from the waitlist), so the run starts at
+	// the publish step.
 	Reserved bool `json:",omitempty"`
+	// Waitlist asks, should the course be full, for a place on its
+	// waitlist instead of a course_full refusal.
+	Waitlist bool `json:",omitempty"`
+	// Promoted says the seat came from the waitlist: the run publishes
+	// enrollment.promoted before enrollment.confirmed.
+	Promoted bool `json:",omitempty"`
 }
 
 // Decision is the answer to a claim. Refusal is set when Status is refused;
@@ -37,6 +44,8 @@ type Decision struct {
 	Status       EnrollmentStatus
 	Refusal      Refusal `json:",omitempty"`
 	Message      string  `json:",omitempty"`
+	// Position is a waitlisted claim's place in the queue, 1 first.
+	Position int `json:",omitempty"`
 }
 
 // EnrollmentState is what the status query returns.
@@ -113,6 +122,21 @@ func (e *enrollment) run(ctx workflow.Context) (err error) {
 	}
 
 	occurredAt := workflow.Now(ctx).UTC()
+	if e.in.Promoted {
+		// Downstream hears that the seat came from the waitlist, then, as
+		// for any enrollment, that it is confirmed.
+		promoted := Message{Topic: EnrollmentTopic, Key: e.in.CourseID, Event: Event{
+			ID: EventID(e.in.EnrollmentID, EventEnrollmentPromoted), Type: EventEnrollmentPromoted,
+			OccurredAt: occurredAt, Data: e.eventData(),
+		}}
+		action, err := publishOrDeadLetter(ctx, &e.state, promoted, "", e.setStatus)
+		if err != nil {
+			return err
+		}
+		if action == ActionCompensate {
+			return e.fail(ctx)
+		}
+	}
 	confirmed := Message{
 		Topic: EnrollmentTopic,
 		Key:   e.in.CourseID,
@@ -154,6 +178,13 @@ func (e *enrollment) fail(ctx workflow.Context) error {
 	if e.decision == nil || e.decision.Status != StatusReserved {
 		return nil
 	}
+	// The seat is free again: the course's waitlist takes it. Runs
+	// recorded before the waitlist existed replay without the child.
+	if workflow.GetVersion(ctx, waitlistChangeID, workflow.DefaultVersion, 1) >= 1 {
+		if err := startPromotion(ctx, e.in.CourseID, e.in.EnrollmentID+":failed"); err != nil {
+			return err
+		}
+	}
 	failed := Message{Topic: EnrollmentTopic, Key: e.in.CourseID, Event: Event{
 		ID:         EventID(e.in.EnrollmentID, EventEnrollmentFailed),
 		Type:       EventEnrollmentFailed,
@@ -172,13 +203,14 @@ func (e *enrollment) fail(ctx workflow.Context) error {
 // refusal (already decided and answered).
 func (e *enrollment) reserve(ctx, dbCtx workflow.Context) (refused bool, err error) {
 	info := workflow.GetInfo(ctx)
-	_, err = ReserveSeat.Execute(dbCtx, ReserveSeatInput{
+	res, err := ReserveSeat.Execute(dbCtx, ReserveSeatInput{
 		EnrollmentID: e.in.EnrollmentID,
 		CourseID:     e.in.CourseID,
 		StudentID:    e.in.StudentID,
 		WorkflowID:   info.WorkflowExecution.ID,
 		RunID:        info.WorkflowExecution.RunID,
 		RequestedAt:  e.in.RequestedAt,
+		Waitlist:     e.in.Waitlist,
 	})
 	if r, ok := refusalOf(err); ok {
 		// Nothing was reserved, so there is nothing to compensate.
@@ -193,6 +225,13 @@ func (e *enrollment) reserve(ctx, dbCtx workflow.Context) (refused bool, err err
 	}
 	if err != nil {
 		return false, fmt.Errorf("reserve seat: %w", err)
+	}
+	if res.Position > 0 {
+		// On the waitlist: no seat, nothing to publish or compensate. A
+		// promotion gives the enrollment a run of its own.
+		e.saga.forget()
+		e.decide(ctx, Decision{EnrollmentID: e.in.EnrollmentID, Status: StatusWaitlisted, Position: res.Position})
+		return true, nil
 	}
 	e.decide(ctx, Decision{EnrollmentID: e.in.EnrollmentID, Status: StatusReserved})
 	return false, nil

@@ -64,12 +64,14 @@ type PublishBatchInput struct {
 
 // BatchState is what the batch's status query returns.
 type BatchState struct {
-	BatchID   string
-	Claims    int
-	Reserved  int
-	Refused   int
-	Status    EnrollmentStatus
-	HandedOff []string `json:",omitempty"` // enrollments whose publish went to their own run
+	BatchID  string
+	Claims   int
+	Reserved int
+	Refused  int
+	// Waitlisted claims joined their course's waitlist.
+	Waitlisted int `json:",omitempty"`
+	Status     EnrollmentStatus
+	HandedOff  []string `json:",omitempty"` // enrollments whose publish went to their own run
 }
 
 // EnrollmentBatch is the group-commit saga. Its decision update returns
@@ -140,12 +142,15 @@ func runBatch(ctx workflow.Context, in EnrollmentBatchInput, state *BatchState, 
 	var granted []EnrollmentInput
 	reservedIDs = nil
 	for i, d := range reserved.Decisions {
-		if d.Status == StatusReserved {
+		switch d.Status {
+		case StatusReserved:
 			granted = append(granted, in.Claims[i])
 			reservedIDs = append(reservedIDs, d.EnrollmentID)
+		case StatusWaitlisted:
+			state.Waitlisted++
 		}
 	}
-	state.Reserved, state.Refused = len(granted), len(in.Claims)-len(granted)
+	state.Reserved, state.Refused = len(granted), len(in.Claims)-len(granted)-state.Waitlisted
 	state.Status = StatusReserved
 	batchCurrentDetails(ctx, *state, reserved.Decisions)
 	if len(granted) == 0 {

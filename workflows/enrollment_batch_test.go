@@ -383,6 +383,9 @@ func (r *batchRun) startedChildren() map[string]workflows.EnrollmentInput {
 func (r *batchRun) recordChildren() {
 	r.children = map[string]workflows.EnrollmentInput{}
 	r.env.SetOnChildWorkflowStartedListener(func(info *workflow.Info, _ workflow.Context, args converter.EncodedValues) {
+		if info.WorkflowType.Name == "Promotion" {
+			return // a compensated child's seat going to the waitlist: not a hand-off
+		}
 		var in workflows.EnrollmentInput
 		err := args.Get(&in)
 		r.mu.Lock()

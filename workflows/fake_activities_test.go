@@ -16,6 +16,7 @@ import (
 	"go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/workflow"
 
 	"github.com/claimflow/claimflow/workflows"
 )
@@ -34,6 +35,10 @@ type fakeActivities struct {
 	capacity    map[string]int // course → seats; a course not here does not exist
 	enrolled    map[string]int // course → seats taken
 	enrollments map[string]*fakeEnrollment
+	// waitlist is each course's queue, head first; promotedBy what each
+	// promotion step promoted (its retries answer the same).
+	waitlist   map[string][]workflows.EnrollmentInput
+	promotedBy map[string][]workflows.EnrollmentInput
 
 	// failPublish makes Publish fail for an event type: n > 0 fails the next
 	// n attempts, n < 0 fails every attempt.
@@ -129,7 +134,8 @@ func (f *fakeActivities) failPublishing(eventType string, n int) {
 }
 
 func active(s workflows.EnrollmentStatus) bool {
-	return s == workflows.StatusReserved || s == workflows.StatusConfirmed || s == workflows.StatusDeadLettered
+	return s == workflows.StatusReserved || s == workflows.StatusConfirmed || s == workflows.StatusDeadLettered ||
+		s == workflows.StatusWaitlisted
 }
 
 // register registers the fake's activities the way the worker registers
@@ -143,6 +149,7 @@ func (f *fakeActivities) register(env *testsuite.TestWorkflowEnvironment) {
 	register(env, workflows.RecordDeadLetter, f.RecordDeadLetter)
 	registerNoResult(env, workflows.ResolveDeadLetter, f.ResolveDeadLetter)
 	register(env, workflows.CancelEnrollment, f.CancelEnrollment)
+	register(env, workflows.PromoteWaitlist, f.PromoteWaitlist)
 	f.mu.Lock()
 	f.now = env.Now
 	f.mu.Unlock()
@@ -189,8 +196,19 @@ func (f *fakeActivities) ReserveSeat(_ context.Context, in workflows.ReserveSeat
 				"student %q is already enrolled in %q", in.StudentID, in.CourseID)
 		}
 	}
-	if f.enrolled[in.CourseID] >= f.capacity[in.CourseID] {
-		return workflows.ReserveSeatResult{}, workflows.Refuse(workflows.RefusalCourseFull, "course %q has no seat left", in.CourseID)
+	if f.enrolled[in.CourseID] >= f.capacity[in.CourseID] || len(f.waitlist[in.CourseID]) > 0 {
+		if !in.Waitlist {
+			return workflows.ReserveSeatResult{}, workflows.Refuse(workflows.RefusalCourseFull, "course %q has no seat left", in.CourseID)
+		}
+		if f.waitlist == nil {
+			f.waitlist, f.promotedBy = map[string][]workflows.EnrollmentInput{}, map[string][]workflows.EnrollmentInput{}
+		}
+		f.waitlist[in.CourseID] = append(f.waitlist[in.CourseID], workflows.EnrollmentInput{
+			EnrollmentID: in.EnrollmentID, CourseID: in.CourseID, StudentID: in.StudentID, RequestedAt: in.RequestedAt})
+		f.enrollments[in.EnrollmentID] = &fakeEnrollment{ID: in.EnrollmentID, CourseID: in.CourseID,
+			StudentID: in.StudentID, Status: workflows.StatusWaitlisted}
+		res.Position = len(f.waitlist[in.CourseID])
+		return res, nil
 	}
 	f.enrolled[in.CourseID]++
 	f.enrollments[in.EnrollmentID] = &fakeEnrollment{ID: in.EnrollmentID, CourseID: in.CourseID,
@@ -314,10 +332,58 @@ func (f *fakeActivities) CancelEnrollment(_ context.Context, in workflows.Cancel
 		return workflows.CancelEnrollmentResult{}, workflows.Refuse(workflows.RefusalEnrollmentInactive,
 			"enrollment %s failed and holds no seat", in.EnrollmentID)
 	}
+	if e.Status == workflows.StatusWaitlisted {
+		e.Status = workflows.StatusCancelled
+		f.waitlist[e.CourseID] = slices.DeleteFunc(f.waitlist[e.CourseID], func(c workflows.EnrollmentInput) bool {
+			return c.EnrollmentID == e.ID
+		})
+		res.Changed, res.LeftWaitlist, res.Status = true, true, workflows.StatusCancelled
+		return res, nil
+	}
 	e.Status = workflows.StatusCancelled
 	f.enrolled[e.CourseID]--
-	res.Changed, res.Status = true, workflows.StatusCancelled
+	res.Changed, res.FreedSeat, res.Status = true, true, workflows.StatusCancelled
 	return res, nil
+}
+
+// withWaitlist queues claims on a course's waitlist, head first.
+func (f *fakeActivities) withWaitlist(course string, claims ...workflows.EnrollmentInput) *fakeActivities {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.waitlist == nil {
+		f.waitlist, f.promotedBy = map[string][]workflows.EnrollmentInput{}, map[string][]workflows.EnrollmentInput{}
+	}
+	f.waitlist[course] = append(f.waitlist[course], claims...)
+	for _, c := range claims {
+		f.enrollments[c.EnrollmentID] = &fakeEnrollment{ID: c.EnrollmentID, CourseID: c.CourseID,
+			StudentID: c.StudentID, Status: workflows.StatusWaitlisted}
+	}
+	return f
+}
+
+// PromoteWaitlist moves the head of the queue into the free seats; a retry
+// with the same By answers what it promoted before.
+func (f *fakeActivities) PromoteWaitlist(_ context.Context, in workflows.PromoteWaitlistInput) (workflows.PromoteWaitlistResult, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.called(workflows.PromoteWaitlist.Name)
+	if f.promotedBy == nil {
+		f.waitlist, f.promotedBy = map[string][]workflows.EnrollmentInput{}, map[string][]workflows.EnrollmentInput{}
+	}
+	if done, ok := f.promotedBy[in.By]; ok {
+		return workflows.PromoteWaitlistResult{Promoted: done}, nil
+	}
+	var promoted []workflows.EnrollmentInput
+	for f.enrolled[in.CourseID] < f.capacity[in.CourseID] && len(f.waitlist[in.CourseID]) > 0 {
+		head := f.waitlist[in.CourseID][0]
+		f.waitlist[in.CourseID] = f.waitlist[in.CourseID][1:]
+		f.enrolled[in.CourseID]++
+		f.enrollments[head.EnrollmentID] = &fakeEnrollment{ID: head.EnrollmentID, CourseID: head.CourseID,
+			StudentID: head.StudentID, Status: workflows.StatusReserved}
+		promoted = append(promoted, head)
+	}
+	f.promotedBy[in.By] = promoted
+	return workflows.PromoteWaitlistResult{Promoted: promoted}, nil
 }
 
 // Accessors copy under the lock; tests read them after the run.
@@ -326,6 +392,16 @@ func (f *fakeActivities) callCount(name string) int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.calls[name]
+}
+
+// statusOf is an enrollment's status ("" when there is none).
+func (f *fakeActivities) statusOf(id string) workflows.EnrollmentStatus {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if e, ok := f.enrollments[id]; ok {
+		return e.Status
+	}
+	return ""
 }
 
 func (f *fakeActivities) seatsTaken(course string) int {
@@ -399,7 +475,14 @@ func (f *fakeActivities) confirms() []string {
 // testStart is the workflow clock at the start of every run.
 var testStart = time.Date(2026, 1, 5, 9, 0, 0, 0, time.UTC)
 
+// newEnv runs a saga on the fake with the Promotion child mocked out (see
+// newEnvNoPromotion); newEnvWithWaitlist runs promotions for real.
 func newEnv(t *testing.T, f *fakeActivities) (*testsuite.TestWorkflowEnvironment, *claimStatuses) {
+	env, statuses, _ := newEnvNoPromotion(t, f)
+	return env, statuses
+}
+
+func newEnvWithWaitlist(t *testing.T, f *fakeActivities) (*testsuite.TestWorkflowEnvironment, *claimStatuses) {
 	t.Helper()
 	var s testsuite.WorkflowTestSuite
 	// The saga logs at error level when it dead-letters; keep test output quiet.
@@ -408,8 +491,23 @@ func newEnv(t *testing.T, f *fakeActivities) (*testsuite.TestWorkflowEnvironment
 	env.SetStartTime(testStart)
 	env.RegisterWorkflow(workflows.Enrollment)
 	env.RegisterWorkflow(workflows.Cancellation)
+	env.RegisterWorkflow(workflows.Promotion)
 	f.register(env)
 	return env, recordClaimStatus(env)
+}
+
+// newEnvNoPromotion is newEnv with the Promotion child mocked out: the
+// tests of a saga alone see only that saga's upserts (a child run's would
+// be recorded with them). It records the promotions started.
+func newEnvNoPromotion(t *testing.T, f *fakeActivities) (*testsuite.TestWorkflowEnvironment, *claimStatuses, *[]workflows.PromoteWaitlistInput) {
+	env, statuses := newEnvWithWaitlist(t, f)
+	var started []workflows.PromoteWaitlistInput
+	env.OnWorkflow(workflows.Promotion, mock.Anything, mock.Anything).Return(
+		func(_ workflow.Context, in workflows.PromoteWaitlistInput) (workflows.PromotionState, error) {
+			started = append(started, in)
+			return workflows.PromotionState{CourseID: in.CourseID, By: in.By, Status: workflows.StatusConfirmed}, nil
+		})
+	return env, statuses, &started
 }
 
 // claimStatuses records every value the run upserted into ClaimStatus, in

@@ -60,15 +60,23 @@ func outcomeOfBatch(claims []EnrollmentInput, decisions []Decision, status Enrol
 	}
 	var o batchOutcome
 	var students, courses []string
+	waitlisted := 0
 	for i, c := range claims {
-		if i < len(decisions) && decisions[i].Status == StatusRefused {
+		// A waitlisted claim got no seat in this run either; the run that
+		// promotes it decides it later.
+		if i < len(decisions) && (decisions[i].Status == StatusRefused || decisions[i].Status == StatusWaitlisted) {
 			o.Refused = appendNew(o.Refused, c.StudentID)
+			if decisions[i].Status == StatusWaitlisted {
+				waitlisted++
+			}
 			continue
 		}
 		students = appendNew(students, c.StudentID)
 		courses = appendNew(courses, c.CourseID)
 	}
 	switch {
+	case len(students) == 0 && waitlisted == len(claims):
+		o.Status = StatusWaitlisted
 	case len(students) == 0:
 		o.Status = StatusRefused
 	case len(o.Refused) == 0:
