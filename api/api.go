@@ -30,6 +30,7 @@ type Temporal interface {
 	NewWithStartWorkflowOperation(options client.StartWorkflowOptions, workflow any, args ...any) client.WithStartWorkflowOperation
 	UpdateWithStartWorkflow(ctx context.Context, options client.UpdateWithStartWorkflowOptions) (client.WorkflowUpdateHandle, error)
 	SignalWorkflow(ctx context.Context, workflowID, runID, signalName string, arg any) error
+	ExecuteWorkflow(ctx context.Context, options client.StartWorkflowOptions, workflow any, args ...any) (client.WorkflowRun, error)
 }
 
 // Check reports whether one dependency is reachable, for /readyz.
@@ -164,6 +165,7 @@ func New(cfg Config) *Handler {
 	v1 := r.Group("/v1", s.guard())
 	v1.POST("/courses", s.createCourse)
 	v1.GET("/courses/:id", s.getCourse)
+	v1.PATCH("/courses/:id", s.patchCourse)
 	v1.POST("/courses/:id/enrollments", s.enroll)
 	v1.GET("/courses/:id/enrollments", s.listRoster)
 	v1.GET("/students/:id/enrollments", s.listStudentEnrollments)

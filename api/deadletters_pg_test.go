@@ -54,6 +54,10 @@ func (f *signalTemporal) UpdateWithStartWorkflow(ctx context.Context, o client.U
 	return undecidedUpdate{workflowID: o.UpdateOptions.WorkflowID}, nil
 }
 
+func (f *signalTemporal) ExecuteWorkflow(context.Context, client.StartWorkflowOptions, any, ...any) (client.WorkflowRun, error) {
+	return nil, errors.New("signalTemporal: no runs")
+}
+
 func (f *signalTemporal) SignalWorkflow(_ context.Context, workflowID, runID, name string, arg any) error {
 	if name != workflows.SignalDeadLetter {
 		return fmt.Errorf("test: signal %q", name)

@@ -50,6 +50,10 @@ func (f *undecidedTemporal) NewWithStartWorkflowOperation(_ client.StartWorkflow
 	return op
 }
 
+func (f *undecidedTemporal) ExecuteWorkflow(context.Context, client.StartWorkflowOptions, any, ...any) (client.WorkflowRun, error) {
+	return nil, errors.New("undecidedTemporal: no runs")
+}
+
 func (f *undecidedTemporal) UpdateWithStartWorkflow(ctx context.Context, o client.UpdateWithStartWorkflowOptions) (client.WorkflowUpdateHandle, error) {
 	op, ok := o.StartWorkflowOperation.(*fakeStart)
 	if !ok {

@@ -22,6 +22,9 @@ type enrollment = store.Enrollment
 
 type enrollRequest struct {
 	StudentID string `json:"student_id"`
+	// Waitlist: on a full course, join its waitlist (202 waitlisted)
+	// instead of 409 course_full.
+	Waitlist bool `json:"waitlist"`
 }
 
 // refusalStatus maps business refusals to HTTP answers.
@@ -32,6 +35,7 @@ var refusalStatus = map[workflows.Refusal]int{
 	workflows.RefusalEnrollmentNotFound: http.StatusNotFound,
 	workflows.RefusalEnrollmentPending:  http.StatusConflict,
 	workflows.RefusalEnrollmentInactive: http.StatusConflict,
+	workflows.RefusalWaitlistFull:       http.StatusConflict,
 }
 
 func (s *server) enroll(c *gin.Context) {
@@ -59,6 +63,7 @@ func (s *server) enroll(c *gin.Context) {
 		CourseID:     courseID,
 		StudentID:    req.StudentID,
 		RequestedAt:  requestedAt,
+		Waitlist:     req.Waitlist,
 	}
 	var (
 		decision          workflows.Decision
@@ -118,6 +123,13 @@ func (s *server) enroll(c *gin.Context) {
 		ID: decision.EnrollmentID, CourseID: courseID, StudentID: req.StudentID,
 		Status: string(decision.Status), WorkflowID: workflowID, RunID: runID,
 		WorkflowURL: s.runURL(workflowID, runID),
+	}
+	if decision.Status == workflows.StatusWaitlisted {
+		// No seat yet: the place in the queue is durable, and a promotion
+		// enrolls the student when a seat frees (GET shows the position).
+		got.Position = &decision.Position
+		c.JSON(http.StatusAccepted, got)
+		return
 	}
 	if wait != "confirmed" {
 		c.JSON(http.StatusCreated, got)

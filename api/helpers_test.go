@@ -47,6 +47,10 @@ func (f *fakeTemporal) NewWithStartWorkflowOperation(client.StartWorkflowOptions
 	return nil
 }
 
+func (f *fakeTemporal) ExecuteWorkflow(context.Context, client.StartWorkflowOptions, any, ...any) (client.WorkflowRun, error) {
+	return nil, errors.New("fake Temporal: no runs")
+}
+
 func (f *fakeTemporal) UpdateWithStartWorkflow(ctx context.Context, o client.UpdateWithStartWorkflowOptions) (client.WorkflowUpdateHandle, error) {
 	f.mu.Lock()
 	f.calls++

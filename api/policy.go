@@ -59,6 +59,7 @@ const (
 var routePolicies = map[string]policy{
 	"POST /v1/courses":                      {admin: true, write: true},
 	"GET /v1/courses/:id":                   {catalogue: true},
+	"PATCH /v1/courses/:id":                 {admin: true, write: true},
 	"POST /v1/courses/:id/enrollments":      {actsAs: "student_id", write: true, claim: true},
 	"GET /v1/enrollments/:id":               {owner: ownerEnrollment},
 	"DELETE /v1/enrollments/:id":            {owner: ownerEnrollment, write: true, claim: true},
