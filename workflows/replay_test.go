@@ -66,6 +66,19 @@ var fixtures = []fixture{
 		path: "dead-lettered; two concurrent API retries, one taken; round 2 dead-lettered; a stale round-1 decision ignored; operator compensate of round 2, seat released"},
 	{file: "cancellation_cancelled.json", workflow: "Cancellation",
 		path: "a confirmed enrollment cancelled: seat released, enrollment.cancelled published"},
+	// The waitlist.
+	{file: "enrollment_batch_waitlisted.json", workflow: "EnrollmentBatch",
+		path: "a claim on a full course with waitlist: decided waitlisted with its position, nothing published (ClaimStatus waitlisted)"},
+	{file: "cancellation_left_waitlist.json", workflow: "Cancellation",
+		path: "a waitlisted enrollment cancelled: it leaves the queue, no seat freed, nothing published, no promotion"},
+	{file: "cancellation_promoted.json", workflow: "Cancellation",
+		path: "a confirmed enrollment cancelled with a waitlist: Promotion child started before enrollment.cancelled is published"},
+	{file: "promotion_promoted.json", workflow: "Promotion",
+		path: "a freed seat: the head of the queue promoted in one transaction, its Enrollment run started (child, abandoned)"},
+	{file: "promotion_capacity_raised.json", workflow: "Promotion",
+		path: "started by the API after a capacity raise: the next in line promoted, its run started"},
+	{file: "enrollment_promoted_confirmed.json", workflow: "Enrollment",
+		path: "a promoted enrollment (Reserved, Promoted): enrollment.promoted, then enrollment.confirmed published, confirmed"},
 	// Coupons.
 	{file: "coupon_issue_issued.json", workflow: "IssueCoupon",
 		path: "coupon reserved from the stock, answered issued, coupon.issued published"},
@@ -106,6 +119,7 @@ func newReplayer() worker.WorkflowReplayer {
 	r := worker.NewWorkflowReplayer()
 	r.RegisterWorkflow(workflows.Enrollment)
 	r.RegisterWorkflow(workflows.Cancellation)
+	r.RegisterWorkflow(workflows.Promotion)
 	r.RegisterWorkflow(workflows.EnrollmentBatch)
 	r.RegisterWorkflow(workflows.IssueCoupon)
 	r.RegisterWorkflow(workflows.UseCoupon)
@@ -183,7 +197,7 @@ func TestEveryFixtureIsInTheTable(t *testing.T) {
 		t.Errorf("the fixtures table lists %s, which is not in testdata/", file)
 	}
 	// Every registered workflow has at least one history.
-	for _, w := range []string{"Enrollment", "EnrollmentBatch", "Cancellation", "IssueCoupon", "UseCoupon", "DeliverEvent"} {
+	for _, w := range []string{"Enrollment", "EnrollmentBatch", "Cancellation", "Promotion", "IssueCoupon", "UseCoupon", "DeliverEvent"} {
 		if len(fixturesOf(w)) == 0 {
 			t.Errorf("no fixture replays %s", w)
 		}
@@ -206,6 +220,7 @@ func TestEveryFixtureFailsAgainstAnotherProgram(t *testing.T) {
 		"Enrollment":      probe[workflows.EnrollmentInput],
 		"EnrollmentBatch": probe[workflows.EnrollmentBatchInput],
 		"Cancellation":    probe[workflows.CancellationInput],
+		"Promotion":       probe[workflows.PromoteWaitlistInput],
 		"IssueCoupon":     probe[workflows.IssueCouponInput],
 		"UseCoupon":       probe[workflows.UseCouponInput],
 		"DeliverEvent":    probe[workflows.DeliverEventInput],

@@ -356,3 +356,57 @@ func TestRecordHistories(t *testing.T) {
 	}
 	t.Logf("recorded %d histories in %s: %s", len(rec.written), recordDir, strings.Join(rec.written, ", "))
 }
+
+// TestRecordWaitlistHistories records the waitlist's paths (scripts/
+// record-histories runs it with TestRecordHistories): a batch that put
+// claims on a waitlist, a cancellation that freed a seat and started a
+// promotion, the promotion, the promoted enrollment's run, a cancellation
+// that only left the queue, and a promotion started by a capacity raise.
+func TestRecordWaitlistHistories(t *testing.T) {
+	if os.Getenv("RECORD_HISTORIES") != "1" {
+		t.Skip("records workflows/testdata from a real stack; run with RECORD_HISTORIES=1 (scripts/record-histories)")
+	}
+	s := testStack(t, dataDir(t))
+	replayer := sdkworker.NewWorkflowReplayer()
+	worker.RegisterWorkflows(replayer)
+	rec := &historyRecorder{t: t, s: s, replayer: replayer}
+	c := newAPIClient(t, s)
+	run := fmt.Sprintf("%d", time.Now().UnixNano()%1_000_000)
+	course := "recwl-" + run
+	c.must("POST", "/v1/courses", map[string]any{"id": course, "title": "Recorded waitlist", "capacity": 1}, http.StatusCreated)
+	held := c.must("POST", "/v1/courses/"+course+"/enrollments?wait=confirmed", map[string]any{"student_id": "held-" + run}, http.StatusCreated)
+	wait := func(who string) map[string]any {
+		t.Helper()
+		got := c.must("POST", "/v1/courses/"+course+"/enrollments", map[string]any{"student_id": who + "-" + run, "waitlist": true}, http.StatusAccepted)
+		if got["status"] != "waitlisted" {
+			t.Fatalf("%s answered %v", who, got)
+		}
+		return got
+	}
+	// Two places per seat (WAITLIST_PER_SEAT): w1 and w2; w2 leaves, w3 takes the place.
+	waiting := []map[string]any{wait("w1"), wait("w2")}
+	rec.record("enrollment_batch_waitlisted", waiting[0]["workflow_id"].(string), waiting[0]["run_id"].(string))
+	c.must("DELETE", "/v1/enrollments/"+waiting[1]["id"].(string), nil, http.StatusOK)
+	rec.record("cancellation_left_waitlist", workflows.CancellationWorkflowID(waiting[1]["id"].(string)), "")
+	wait("w3")
+
+	// The holder cancels: w1 is promoted through its own run.
+	heldID := held["id"].(string)
+	c.must("DELETE", "/v1/enrollments/"+heldID, nil, http.StatusOK)
+	rec.record("cancellation_promoted", workflows.CancellationWorkflowID(heldID), "")
+	rec.record("promotion_promoted", workflows.PromotionWorkflowID(course, heldID+":cancelled"), "")
+	w1 := workflows.EnrollmentInput{EnrollmentID: waiting[0]["id"].(string), CourseID: course, StudentID: "w1-" + run}
+	rec.record("enrollment_promoted_confirmed", workflows.PromotedWorkflowID(w1), "")
+
+	// A capacity raise promotes w3.
+	c.must("PATCH", "/v1/courses/"+course, map[string]any{"capacity": 2}, http.StatusOK)
+	var raised []runRef
+	waitFor(t, time.Minute, "the capacity raise's promotion", func() bool {
+		var err error
+		raised, err = listRuns(context.Background(), s.Client, s.Config.Namespace,
+			fmt.Sprintf("WorkflowType = 'Promotion' AND CourseId = '%s' AND WorkflowId STARTS_WITH 'promotion:%s:capacity-'", course, course), 2)
+		return err == nil && len(raised) == 1
+	})
+	rec.record("promotion_capacity_raised", raised[0].WorkflowID, raised[0].RunID)
+	t.Logf("recorded %d waitlist histories: %v", len(rec.written), rec.written)
+}
