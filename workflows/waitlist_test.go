@@ -114,7 +114,6 @@ func indexOf(list []string, v string) int {
 	return -1
 }
 
-
 // Leaving the waitlist frees no seat, publishes nothing and promotes
 // nobody.
 func TestCancellationLeavesTheWaitlist(t *testing.T) {
