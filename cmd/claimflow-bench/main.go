@@ -143,6 +143,9 @@ func parseLoad(env benchEnv, mode string, args []string, stderr io.Writer) (load
 	seats := fs.Int("seats", 5000, "capacity of each course")
 	students := fs.Int("students", 1_000_000, "distinct students; iteration n enrolls student n mod this")
 	quick := fs.Bool("quick", false, "a small run for CI: 50/s for 5 s, 5 courses × 40 seats (explicit flags still win)")
+	churn := fs.Float64("churn", 0, "fraction of enrolled iterations that cancel after --hold-seat (burst only)")
+	holdSeat := fs.Duration("hold-seat", 2*time.Second, "how long a churning iteration holds its seat before cancelling")
+	waitlist := fs.Bool("waitlist", false, "claims that find the course full join its waitlist (burst only); e.g. --courses 20 --seats 50")
 	timeout := fs.Duration("timeout", 60*time.Second, "HTTP request timeout (k6's default)")
 	maxRetries := fs.Int("max-retries", 3, "retries of one iteration after a 429/503 carrying Retry-After")
 	drainTimeout := fs.Duration("drain-timeout", 3*time.Minute, "how long to wait for the run's enrollments to settle before the audit")
@@ -161,6 +164,9 @@ func parseLoad(env benchEnv, mode string, args []string, stderr io.Writer) (load
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if (*churn > 0 || *waitlist) && mode != "burst" {
+		return r, fmt.Errorf("--churn and --waitlist drive claimflow alone (the outbox peer has neither cancellation nor waitlist): use burst")
+	}
 
 	sc := bench.ShapedScenario(*rate, *ramp, *hold, *rampdown)
 	if *quick {
@@ -192,6 +198,7 @@ func parseLoad(env benchEnv, mode string, args []string, stderr io.Writer) (load
 	r.opts = bench.Options{
 		Scenario: sc, Courses: *courses, Seats: *seats, Students: *students,
 		Timeout: *timeout, MaxRetries: *maxRetries, DrainTimeout: *drainTimeout,
+		Churn: *churn, HoldSeat: *holdSeat, Waitlist: *waitlist,
 		Kafka:    env.kafkaConfig("claimflow-bench"),
 		Progress: stderr, ProgressEvery: *progressEvery,
 	}

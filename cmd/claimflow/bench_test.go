@@ -91,6 +91,29 @@ func TestBenchQuick(t *testing.T) {
 		checkPlot(t, filepath.Join(out, "burst.png"), r)
 	})
 
+	t.Run("churn and waitlist on hot courses", func(t *testing.T) {
+		// claimflow-bench burst --quick --courses 2 --seats 10 --churn 0.3 --hold-seat 500ms --waitlist
+		o := quick(bench.QuickScenario(), time.Second)
+		o.Courses, o.Seats, o.Churn, o.HoldSeat, o.Waitlist = 2, 10, 0.3, 500*time.Millisecond, true
+		r, err := bench.Run(runCtx(t), o, arm)
+		if err != nil {
+			t.Fatal(err)
+		}
+		summary := summarize(t, r)
+		w := r.Waitlist
+		if w == nil || !strings.Contains(summary, "waitlist audit: OK") {
+			t.Fatalf("no clean waitlist audit in the summary: %+v", w)
+		}
+		if !r.Audit.OK() {
+			t.Errorf("audit: %+v", r.Audit)
+		}
+		// 250 claims on 20 seats: most wait; the churn frees seats that
+		// the waitlist takes.
+		if w.Cancelled == 0 || w.Waitlisted == 0 || w.Promoted == 0 || w.PromotionMS.Count == 0 {
+			t.Errorf("churn and waitlist did nothing: %+v", w)
+		}
+	})
+
 	t.Run("peer", func(t *testing.T) {
 		r, err := bench.RunPeer(runCtx(t), quick(bench.QuickScenario(), 3*time.Second))
 		if err != nil {

@@ -183,7 +183,7 @@ func audit(ctx context.Context, db *pgxpool.Pool, kcfg kafka.Config, sc Schema, 
 		case "confirmed":
 			a.Confirmed++
 			confirmedPerCourse[course]++
-		case "failed", "cancelled":
+		case "failed", "cancelled", "waitlisted": // settled (waitlisted: in its queue)
 		default:
 			a.Pending++
 		}
@@ -196,7 +196,7 @@ func audit(ctx context.Context, db *pgxpool.Pool, kcfg kafka.Config, sc Schema, 
 	for _, id := range accepted {
 		answered[id] = true
 		switch status[id] {
-		case "confirmed", "failed", "cancelled":
+		case "confirmed", "failed", "cancelled", "waitlisted":
 		default:
 			a.Lost++
 		}
@@ -235,7 +235,8 @@ func audit(ctx context.Context, db *pgxpool.Pool, kcfg kafka.Config, sc Schema, 
 	for id, n := range events {
 		a.Events += n
 		switch status[id] {
-		case "confirmed", "reserved", "dead_lettered":
+		// cancelled: confirmed, then given back by the churn.
+		case "confirmed", "reserved", "dead_lettered", "cancelled":
 		default:
 			a.UnexpectedEvents += n
 		}

@@ -30,6 +30,12 @@ type Options struct {
 	// MaxRetries bounds how often one iteration retries after a 429/503
 	// that carries Retry-After.
 	MaxRetries int
+	// Churn is the fraction of enrolled iterations that cancel their
+	// enrollment HoldSeat after it was granted; Waitlist makes every claim
+	// ask for a place on the waitlist of a full course (claimflow only).
+	Churn    float64
+	HoldSeat time.Duration
+	Waitlist bool
 	// DrainTimeout bounds the wait for the run's enrollments to settle
 	// before the audit.
 	DrainTimeout time.Duration
@@ -79,6 +85,10 @@ func (o Options) Validate() error {
 		return fmt.Errorf("--students must be at least 1")
 	case o.MaxRetries < 0:
 		return fmt.Errorf("--max-retries must not be negative")
+	case o.Churn < 0 || o.Churn > 1:
+		return fmt.Errorf("--churn must be a fraction between 0 and 1")
+	case o.HoldSeat < 0:
+		return fmt.Errorf("--hold-seat must not be negative")
 	case o.DB == nil:
 		return fmt.Errorf("no database for the stage latencies and the audit")
 	}
@@ -115,6 +125,9 @@ type Result struct {
 	Stages            Stages   `json:"stages_ms"`
 	Audit             Audit    `json:"audit"`
 	RSSMB             *float64 `json:"rss_mb"`
+	// Waitlist is the churn/waitlist figures (nil without --churn or
+	// --waitlist).
+	Waitlist *WaitlistFigures `json:"waitlist,omitempty"`
 	RSSScope          string   `json:"rss_scope,omitempty"`
 	Timeline          []Second `json:"timeline"`
 }
@@ -152,6 +165,7 @@ func Run(ctx context.Context, o Options, arm Arm) (*Result, error) {
 	en := &enroller{
 		client: client, base: arm.URL, token: arm.Token, courses: courses, students: o.Students,
 		sleep: o.Scenario.Sleep, maxRetries: o.MaxRetries, start: start, rec: rec,
+		churn: o.Churn, holdSeat: o.HoldSeat, waitlist: o.Waitlist,
 	}
 	d := &driver{sc: o.Scenario, clock: wallClock{start: start}, iteration: en.iteration, onDrop: rec.Drop}
 	stopProgress := make(chan struct{})
@@ -209,6 +223,13 @@ func Run(ctx context.Context, o Options, arm Arm) (*Result, error) {
 	}
 	res.Audit.Drained = drained
 	res.Audit.DrainS = round3(drainTook.Seconds())
+	if o.Churn > 0 || o.Waitlist {
+		wl, err := waitlistFigures(ctx, o.DB, res.RunID, courses, en)
+		if err != nil {
+			return nil, err
+		}
+		res.Waitlist = &wl
+	}
 	return res, nil
 }
 

@@ -122,10 +122,16 @@ type enroller struct {
 	maxRetries int
 	start      time.Time
 	rec        *Recorder
+	// churn, holdSeat and waitlist: see Options.
+	churn    float64
+	holdSeat time.Duration
+	waitlist bool
 
-	retries  atomic.Int64
-	mu       sync.Mutex
-	accepted []string // enrollment IDs answered 201
+	retries    atomic.Int64
+	cancelled  atomic.Int64 // enrollments the churn cancelled
+	waitlisted atomic.Int64 // claims answered 202 waitlisted
+	mu         sync.Mutex
+	accepted   []string // enrollment IDs answered 201
 }
 
 // pick maps iteration n to a course and a student. Students are taken in
@@ -142,6 +148,9 @@ func (e *enroller) pick(n int) (course, student string) {
 func (e *enroller) iteration(ctx context.Context, n int, _ time.Duration) {
 	course, student := e.pick(n)
 	body := []byte(`{"student_id":"` + student + `"}`)
+	if e.waitlist {
+		body = []byte(`{"student_id":"` + student + `","waitlist":true}`)
+	}
 	url := e.base + "/v1/courses/" + course + "/enrollments"
 	for attempt := 0; ; attempt++ {
 		began := time.Now()
@@ -160,6 +169,12 @@ func (e *enroller) iteration(ctx context.Context, n int, _ time.Duration) {
 				e.mu.Lock()
 				e.accepted = append(e.accepted, id)
 				e.mu.Unlock()
+				if status == http.StatusAccepted && strings.Contains(string(raw), `"waitlisted"`) {
+					e.waitlisted.Add(1)
+				}
+				if status == http.StatusCreated && e.churns(n) {
+					e.cancel(ctx, id)
+				}
 			}
 		}
 		if err != nil || (status != http.StatusTooManyRequests && status != http.StatusServiceUnavailable) || attempt >= e.maxRetries {
@@ -177,6 +192,57 @@ func (e *enroller) iteration(ctx context.Context, n int, _ time.Duration) {
 	sleepCtx(ctx, e.sleep)
 }
 
+// churns says whether iteration n cancels its enrollment: a fraction churn
+// of iterations, spread by the same mixing hash as pick.
+func (e *enroller) churns(n int) bool {
+	if e.churn <= 0 {
+		return false
+	}
+	x := uint64(n)*0x9e3779b97f4a7c15 + 0x632be59bd9b4e019
+	x ^= x >> 29
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 32
+	return float64(x%1_000_000)/1_000_000 < e.churn
+}
+
+// cancel holds the seat for holdSeat, then gives it back: DELETE, retried
+// after Retry-After while the enrollment is still being confirmed.
+func (e *enroller) cancel(ctx context.Context, id string) {
+	if !sleepCtx(ctx, e.holdSeat) {
+		return
+	}
+	for attempt := 0; attempt < 20; attempt++ {
+		req, err := http.NewRequestWithContext(ctx, http.MethodDelete, e.base+"/v1/enrollments/"+id, nil)
+		if err != nil {
+			return
+		}
+		if e.token != "" {
+			req.Header.Set("Authorization", "Bearer "+e.token)
+		}
+		resp, err := e.client.Do(req)
+		if err != nil {
+			return
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		switch resp.StatusCode {
+		case http.StatusOK:
+			e.cancelled.Add(1)
+			return
+		case http.StatusConflict, http.StatusTooManyRequests, http.StatusServiceUnavailable:
+			wait, ok := retryAfter(resp.Header, time.Now())
+			if !ok {
+				wait = 200 * time.Millisecond
+			}
+			if !sleepCtx(ctx, wait) {
+				return
+			}
+		default:
+			return
+		}
+	}
+}
+
 // acceptedID returns the enrollment the client was given: the ID of a 201,
 // or, on a retry after Retry-After, the enrollment a 409 already_enrolled
 // names (the first attempt's claim went on after its 503, and the retry
@@ -190,7 +256,9 @@ func acceptedID(status int, body []byte, retry bool) string {
 		} `json:"error"`
 	}
 	switch {
-	case status == http.StatusCreated:
+	case status == http.StatusCreated, status == http.StatusAccepted:
+		// 202: waitlisted, or under way and undecided; either way the
+		// client holds the enrollment's ID.
 		if json.Unmarshal(body, &got) == nil {
 			return got.ID
 		}

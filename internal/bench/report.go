@@ -52,6 +52,17 @@ func WriteSummary(w io.Writer, r *Result) {
 		a.Accepted, a.Enrollments, a.Confirmed, a.Pending, a.UnansweredInDB)
 	p("    lost %d, duplicate events %d, missing events %d, unexpected events %d, oversold courses %d (%d confirmed events on the topic)\n",
 		a.Lost, a.DuplicateEvents, a.MissingEvents, a.UnexpectedEvents, a.OversoldCourses, a.Events)
+	if w := r.Waitlist; w != nil {
+		v := "OK"
+		if !w.OK() {
+			v = "FAILED"
+		}
+		au := w.Audit
+		p("  churn and waitlist ....: %d cancelled, %d waitlisted, %d promoted; freed seat → promoted confirmed p50 %.1f ms, p95 %.1f ms (%d)\n",
+			w.Cancelled, w.Waitlisted, w.Promoted, w.PromotionMS.P50, w.PromotionMS.P95, w.PromotionMS.Count)
+		p("    waitlist audit: %s — free seats while someone waits %d, oversold %d, counters off %d, promoted twice %d, FIFO violations %d, waitlisted and enrolled %d; still waiting %d\n",
+			v, len(au.FreeSeatsWhileWaiting), len(au.Oversold), len(au.CounterMismatches), au.DoublePromotions, au.OutOfOrder, au.WaitlistedAndEnrolled, au.Waiting)
+	}
 	if r.RSSMB != nil {
 		p("  peak RSS ..............: %.1f MiB (%s)\n", *r.RSSMB, r.RSSScope)
 	} else {

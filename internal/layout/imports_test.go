@@ -26,7 +26,7 @@ var mayImport = map[string][]string{
 	"internal/payoutsim":    {},
 	"internal/devstack":     {},
 	"internal/store/pgtest": {"internal/devstack", "internal/store"},
-	"internal/bench":        {"workflows", "internal/kafka"},
+	"internal/bench":        {"workflows", "internal/kafka", "internal/store"},
 	"internal/services": {"workflows", "activities", "api", "worker", "consumer", "internal/config", "internal/devstack",
 		"internal/kafka", "internal/notifysim", "internal/payoutsim", "internal/store"},
 	"internal/layout":     {},
