@@ -111,3 +111,21 @@ func mintAdminToken(e benchEnv, dataDir string, ttl time.Duration) (string, erro
 	}
 	return token, nil
 }
+
+// studentSigner signs students' own tokens the way mintAdminToken signs the
+// bench's, for the read bench (each student reads as itself).
+func studentSigner(e benchEnv, dataDir string, ttl time.Duration) (func(string) (string, error), error) {
+	if e.AuthMode == config.AuthJWKS {
+		return nil, errors.New("reads needs students' tokens: with AUTH_MODE=jwks the identity provider mints them")
+	}
+	secret := e.JWTSecret
+	if secret == "" {
+		var err error
+		if secret, err = config.ReadSecretFile(dataDir); err != nil {
+			return nil, fmt.Errorf("read the JWT secret (JWT_SECRET or %s/jwt-secret): %w", dataDir, err)
+		}
+	}
+	return func(sub string) (string, error) {
+		return api.SignHS256(secret, sub, "", ttl, e.Issuer, e.Audience)
+	}, nil
+}

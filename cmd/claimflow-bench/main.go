@@ -31,7 +31,7 @@ import (
 	"github.com/claimflow/claimflow/internal/store"
 )
 
-const usage = `usage: claimflow-bench <burst|peer|compare|capacity|floor> [flags]
+const usage = `usage: claimflow-bench <burst|peer|compare|capacity|floor|reads> [flags]
 
   burst     the user's k6 scenario against a running claimflow API (--target),
             then stage latencies from Postgres and an exactly-once audit of Kafka
@@ -42,6 +42,8 @@ const usage = `usage: claimflow-bench <burst|peer|compare|capacity|floor> [flags
             decided on the first try in a 5 s window; the highest rate each
             held for a whole step, and the ratio
   floor     the rate of an empty workflow on the same Temporal server
+  reads     seed 100,000 enrollments, then students read their own lists
+            with their own tokens at 500/s: p50/p95 and the answers
 
 Defaults are the user's scenario (0→2000/s over 30s, hold 3m20s, down over 10s,
 each VU enrolls then sleeps 1s); --quick is a 5 s run at 50/s for CI.
@@ -80,7 +82,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	case "-h", "-help", "--help", "help":
 		fmt.Fprintf(stdout, usage, strings.Join(config.Names(), ", "))
 		return flag.ErrHelp
-	case "burst", "peer", "compare", "capacity", "floor":
+	case "burst", "peer", "compare", "capacity", "floor", "reads":
 	default:
 		fmt.Fprintf(stderr, "claimflow-bench: unknown command %q\n\n", args[0])
 		fmt.Fprintf(stderr, usage, strings.Join(config.Names(), ", "))
@@ -96,6 +98,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runFloor(ctx, env, log, args[1:], stdout, stderr)
 	case "capacity":
 		return runCapacity(ctx, env, log, args[1:], stdout, stderr)
+	case "reads":
+		return runReads(ctx, env, args[1:], stdout, stderr)
 	}
 	return runLoad(ctx, env, log, args[0], args[1:], stdout, stderr)
 }

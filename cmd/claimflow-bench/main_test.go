@@ -18,7 +18,7 @@ import (
 )
 
 func TestHelpIsNotAFailure(t *testing.T) {
-	for _, args := range [][]string{{"-h"}, {"--help"}, {"help"}, {"burst", "-h"}, {"peer", "-h"}, {"compare", "-h"}, {"floor", "-h"}, {"capacity", "-h"}} {
+	for _, args := range [][]string{{"-h"}, {"--help"}, {"help"}, {"burst", "-h"}, {"peer", "-h"}, {"compare", "-h"}, {"floor", "-h"}, {"capacity", "-h"}, {"reads", "-h"}} {
 		var out, errOut strings.Builder
 		err := run(context.Background(), args, &out, &errOut)
 		if !errors.Is(err, flag.ErrHelp) {

@@ -114,6 +114,25 @@ func TestBenchQuick(t *testing.T) {
 		}
 	})
 
+	t.Run("reads", func(t *testing.T) {
+		// claimflow-bench reads --quick: 2,000 enrollments of 400 students,
+		// each reading its own list with its own token at 50/s for 3 s.
+		r, err := bench.RunReads(runCtx(t), "http://"+s.API.Addr, bench.ReadsOptions{
+			Enrollments: 2000, Students: 400, Rate: 50, Hold: 3 * time.Second, Limit: 20, Timeout: 10 * time.Second,
+			Seed: peerPool, Progress: testWriter{t},
+			Token: func(sub string) (string, error) { return mintToken(s.Config.Security.JWTSecret, sub, "", time.Hour) },
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out strings.Builder
+		bench.WriteReads(&out, r)
+		t.Logf("reads:\n%s", out.String())
+		if r.Requests < 140 || r.Status["200"] != r.Requests || r.Latency.P50 <= 0 || r.TableRows < 2000 {
+			t.Errorf("reads: %+v", r)
+		}
+	})
+
 	t.Run("peer", func(t *testing.T) {
 		r, err := bench.RunPeer(runCtx(t), quick(bench.QuickScenario(), 3*time.Second))
 		if err != nil {
