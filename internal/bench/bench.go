@@ -128,8 +128,8 @@ type Result struct {
 	// Waitlist is the churn/waitlist figures (nil without --churn or
 	// --waitlist).
 	Waitlist *WaitlistFigures `json:"waitlist,omitempty"`
-	RSSScope          string   `json:"rss_scope,omitempty"`
-	Timeline          []Second `json:"timeline"`
+	RSSScope string           `json:"rss_scope,omitempty"`
+	Timeline []Second         `json:"timeline"`
 }
 
 // newRunID is a short unique prefix for the run's course IDs, so the SQL and
