@@ -194,3 +194,47 @@ func concurrentlyDo(n int, fn func(i int)) {
 	close(start)
 	wg.Wait()
 }
+
+// TestPromotionSurvivesAWorkerKill: the worker is SIGKILLed right after a
+// cancellation freed a seat, before the head of the waitlist was promoted;
+// a new worker picks the saga up from its history and the student is
+// promoted and confirmed. The kill must land in that window (checked: the
+// waiter still waits when the worker is dead); a kill that came too late is
+// tried again on a fresh course.
+func TestPromotionSurvivesAWorkerKill(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs the real stack; skipped with -short")
+	}
+	o := testStackOptions(t, dataDir(t))
+	o.NoWorker = true
+	s := startTestStack(t, o)
+	c := newAPIClient(t, s)
+	run := fmt.Sprintf("%d", time.Now().UnixNano()%1_000_000)
+	status := func(id string) string {
+		got := c.must("GET", "/v1/enrollments/"+id, nil, http.StatusOK)
+		st, _ := got["status"].(string)
+		return st
+	}
+	for try := 1; try <= 5; try++ {
+		w := startWorkerProcess(t, s)
+		course := fmt.Sprintf("wk-%s-%d", run, try)
+		c.must("POST", "/v1/courses", map[string]any{"id": course, "title": "Killed", "capacity": 1}, http.StatusCreated)
+		held := c.must("POST", "/v1/courses/"+course+"/enrollments?wait=confirmed", map[string]any{"student_id": "held-" + course}, http.StatusCreated)
+		waiter := c.must("POST", "/v1/courses/"+course+"/enrollments", map[string]any{"student_id": "waiter-" + course, "waitlist": true}, http.StatusAccepted)
+		c.must("DELETE", "/v1/enrollments/"+held["id"].(string), nil, http.StatusOK)
+		w.kill() // SIGKILL: the seat is free, the saga goes on elsewhere or nowhere
+		waiterID := waiter["id"].(string)
+		if got := status(waiterID); got != "waitlisted" {
+			t.Logf("try %d: the kill came after the promotion (waiter %s); again", try, got)
+			continue
+		}
+		t.Logf("try %d: worker killed between the freed seat and the promotion", try)
+		startWorkerProcess(t, s)
+		waitFor(t, 2*time.Minute, "the waiter promoted and confirmed by the new worker", func() bool {
+			return status(waiterID) == "confirmed"
+		})
+		auditCourses(t, s, course)
+		return
+	}
+	t.Fatal("five kills all came after the promotion: the window was never hit")
+}
