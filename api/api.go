@@ -390,29 +390,3 @@ func loadByID[T any](s *server, c *gin.Context, notFound, what string, load func
 	}
 	return got, true
 }
-
-// decideRun starts (or joins) a run through Update-With-Start and waits, up
-// to timeout, for its decision update; T is what the workflow answers with.
-// It returns the answer and the run ID.
-func decideRun[T any](ctx context.Context, t Temporal, start client.WithStartWorkflowOperation, workflowID string,
-	timeout time.Duration, args ...any) (T, string, error) {
-	var answer T
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	handle, err := t.UpdateWithStartWorkflow(ctx, client.UpdateWithStartWorkflowOptions{
-		StartWorkflowOperation: start,
-		UpdateOptions: client.UpdateWorkflowOptions{
-			WorkflowID:   workflowID,
-			UpdateName:   workflows.UpdateDecision,
-			Args:         args,
-			WaitForStage: client.WorkflowUpdateStageCompleted,
-		},
-	})
-	if err != nil {
-		return answer, "", err
-	}
-	if err := handle.Get(ctx, &answer); err != nil {
-		return answer, "", err
-	}
-	return answer, handle.RunID(), nil
-}

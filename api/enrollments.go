@@ -179,7 +179,8 @@ func (s *server) startEnrollment(workflowID string, in workflows.EnrollmentInput
 // (an enrollment's, or a cancellation's: one database step before it
 // decides, as an enrollment's).
 func (s *server) decide(c *gin.Context, start client.WithStartWorkflowOperation, workflowID string) (workflows.Decision, string, error) {
-	return decideRun[workflows.Decision](c.Request.Context(), s.Temporal, start, workflowID, s.decisionWait(workflows.ClaimEnrollment))
+	return decideClaim[workflows.Decision](c.Request.Context(), s.Temporal, start, workflowID,
+		s.decisionWait(workflows.ClaimEnrollment), false)
 }
 
 // awaitSettled waits until the enrollment leaves "reserved" or the confirm

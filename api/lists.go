@@ -62,6 +62,24 @@ func (s *server) listed(c *gin.Context, key string, items any, next string, err 
 	}
 }
 
+// readListQuery parses a list's ?status (against the values allowed) and
+// its page; it writes the 400 itself.
+func readListQuery(c *gin.Context, allowed []string) (string, store.Page, bool) {
+	status, ok := readStatus(c, allowed)
+	if !ok {
+		return "", store.Page{}, false
+	}
+	page, ok := readPage(c)
+	return status, page, ok
+}
+
+// linkRuns fills each enrollment's link to its run in the Web UI.
+func (s *server) linkRuns(items []store.Enrollment) {
+	for i := range items {
+		items[i].WorkflowURL = s.runURL(items[i].WorkflowID, items[i].RunID)
+	}
+}
+
 // owned lets the subject the path names, and an admin, read its list;
 // anyone else is answered as for a missing owner (the route's owner rule).
 func (s *server) owned(c *gin.Context, id string) bool {
@@ -74,18 +92,12 @@ func (s *server) listStudentEnrollments(c *gin.Context) {
 	if !validID(c, "id", id) || !s.owned(c, id) {
 		return
 	}
-	status, ok := readStatus(c, store.EnrollmentStatuses)
-	if !ok {
-		return
-	}
-	page, ok := readPage(c)
+	status, page, ok := readListQuery(c, store.EnrollmentStatuses)
 	if !ok {
 		return
 	}
 	items, next, err := store.StudentEnrollments(c, s.DB, id, status, page)
-	for i := range items {
-		items[i].WorkflowURL = s.runURL(items[i].WorkflowID, items[i].RunID)
-	}
+	s.linkRuns(items)
 	s.listed(c, "enrollments", items, next, err)
 }
 
@@ -95,15 +107,11 @@ func (s *server) listRoster(c *gin.Context) {
 	if !validID(c, "id", id) {
 		return
 	}
-	status, ok := readStatus(c, store.EnrollmentStatuses)
+	status, page, ok := readListQuery(c, store.EnrollmentStatuses)
 	if !ok {
 		return
 	}
-	page, ok := readPage(c)
-	if !ok {
-		return
-	}
-	if _, err := store.LoadCourse(c, s.DB, id); errors.Is(err, pgx.ErrNoRows) {
+	if _, err := s.loadCourse(c, id); errors.Is(err, pgx.ErrNoRows) {
 		writeError(c, http.StatusNotFound, string(workflows.RefusalCourseNotFound), "no course with this id", "id")
 		return
 	} else if err != nil {
@@ -111,9 +119,7 @@ func (s *server) listRoster(c *gin.Context) {
 		return
 	}
 	items, next, err := store.CourseRoster(c, s.DB, id, status, page)
-	for i := range items {
-		items[i].WorkflowURL = s.runURL(items[i].WorkflowID, items[i].RunID)
-	}
+	s.linkRuns(items)
 	s.listed(c, "enrollments", items, next, err)
 }
 
@@ -122,11 +128,7 @@ func (s *server) listUserCoupons(c *gin.Context) {
 	if !validID(c, "id", id) || !s.owned(c, id) {
 		return
 	}
-	status, ok := readStatus(c, store.CouponStatuses)
-	if !ok {
-		return
-	}
-	page, ok := readPage(c)
+	status, page, ok := readListQuery(c, store.CouponStatuses)
 	if !ok {
 		return
 	}
