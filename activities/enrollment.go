@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/claimflow/claimflow/internal/store"
 	"github.com/claimflow/claimflow/workflows"
 )
 
@@ -112,7 +113,7 @@ func (a *Activities) explainConflict(ctx context.Context, tx pgx.Tx, in workflow
 			return workflows.Refuse(workflows.RefusalEnrollmentInactive, "enrollment %s is already %s", in.EnrollmentID, status)
 		}
 		if status == string(workflows.StatusWaitlisted) {
-			res.Position, err = waitlistPosition(ctx, tx, in.EnrollmentID)
+			res.Position, err = store.WaitlistPosition(ctx, tx, in.EnrollmentID)
 			return err
 		}
 		return nil

@@ -11,6 +11,7 @@ import (
 	"github.com/IBM/sarama"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/claimflow/claimflow/internal/store"
 	"github.com/claimflow/claimflow/workflows"
 )
 
@@ -110,7 +111,7 @@ func (a *Activities) ReserveSeats(ctx context.Context, in workflows.ReserveSeats
 					d.Message = fmt.Sprintf("enrollment %s is already %s", c.EnrollmentID, status)
 				case "waitlisted":
 					d.Status = workflows.StatusWaitlisted
-					if d.Position, err = waitlistPosition(ctx, tx, c.EnrollmentID); err != nil {
+					if d.Position, err = store.WaitlistPosition(ctx, tx, c.EnrollmentID); err != nil {
 						return err
 					}
 				default:

@@ -56,20 +56,6 @@ func (a *Activities) joinWaitlist(ctx context.Context, tx pgx.Tx, courseID strin
 	return positions, nil
 }
 
-// waitlistPosition is a waitlisted enrollment's place in its queue now.
-func waitlistPosition(ctx context.Context, q interface {
-	QueryRow(context.Context, string, ...any) pgx.Row
-}, id string) (int, error) {
-	var pos int
-	err := q.QueryRow(ctx, `
-		SELECT count(*) FROM enrollments w, enrollments e
-		WHERE e.id = $1 AND w.course_id = e.course_id AND w.status = 'waitlisted' AND w.waitlist_seq <= e.waitlist_seq`, id).Scan(&pos)
-	if err != nil {
-		return 0, fmt.Errorf("position of %s on its waitlist: %w", id, err)
-	}
-	return pos, nil
-}
-
 // PromoteWaitlist moves the head of a course's waitlist into every free
 // seat, in queue order, in one transaction: each promoted enrollment is
 // reserved as a claimed seat is, stamped promoted_at and promoted_by. The

@@ -116,15 +116,30 @@ func LoadEnrollment(ctx context.Context, db DB, id string) (Enrollment, error) {
 	err := db.QueryRow(ctx, `
 		SELECT e.id, e.course_id, e.student_id, e.status, e.workflow_id, e.run_id,
 		       e.requested_at, e.recorded_at, e.published_at, e.confirmed_at, e.cancelled_at, e.failed_at,
-		       e.waitlisted_at, e.promoted_at,
-		       CASE WHEN e.status = 'waitlisted' THEN (
-		           SELECT count(*)::int FROM enrollments w
-		           WHERE w.course_id = e.course_id AND w.status = 'waitlisted' AND w.waitlist_seq <= e.waitlist_seq) END
+		       e.waitlisted_at, e.promoted_at
 		FROM enrollments e WHERE e.id = $1`, id).
 		Scan(&e.ID, &e.CourseID, &e.StudentID, &e.Status, &e.WorkflowID, &e.RunID,
 			&e.RequestedAt, &e.RecordedAt, &e.PublishedAt, &e.ConfirmedAt, &e.CancelledAt, &e.FailedAt,
-			&e.WaitlistedAt, &e.PromotedAt, &e.Position)
+			&e.WaitlistedAt, &e.PromotedAt)
+	if err != nil || e.Status != EnrollmentWaitlisted {
+		return e, err
+	}
+	pos, err := WaitlistPosition(ctx, db, id)
+	e.Position = &pos
 	return e, err
+}
+
+// WaitlistPosition is a waitlisted enrollment's place in its course's queue
+// now (1: promoted next), served by enrollments_waitlist.
+func WaitlistPosition(ctx context.Context, db DB, id string) (int, error) {
+	var pos int
+	err := db.QueryRow(ctx, `
+		SELECT count(*) FROM enrollments w, enrollments e
+		WHERE e.id = $1 AND w.course_id = e.course_id AND w.status = 'waitlisted' AND w.waitlist_seq <= e.waitlist_seq`, id).Scan(&pos)
+	if err != nil {
+		return 0, fmt.Errorf("position of %s on its waitlist: %w", id, err)
+	}
+	return pos, nil
 }
 
 // DeadLetter is a row of dead_letters.

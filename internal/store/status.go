@@ -9,6 +9,7 @@ const (
 	EnrollmentReserved     = "reserved"
 	EnrollmentConfirmed    = "confirmed"
 	EnrollmentDeadLettered = "dead_lettered"
+	EnrollmentWaitlisted   = "waitlisted"
 
 	CouponUsed    = "used"
 	CouponRevoked = "revoked"
@@ -28,6 +29,6 @@ const (
 // status columns, for the lists' ?status= filters;
 // TestStatusListsAreTheChecks ties each to its table's CHECK constraint.
 var (
-	EnrollmentStatuses = []string{EnrollmentReserved, EnrollmentConfirmed, EnrollmentDeadLettered, "failed", "cancelled", "waitlisted"}
+	EnrollmentStatuses = []string{EnrollmentReserved, EnrollmentConfirmed, EnrollmentDeadLettered, "failed", "cancelled", EnrollmentWaitlisted}
 	CouponStatuses     = []string{"issued", "using", CouponUsed, CouponRevoked}
 )

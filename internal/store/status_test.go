@@ -18,6 +18,7 @@ func TestStatusesMatchTheWorkflows(t *testing.T) {
 		EnrollmentReserved:     string(workflows.StatusReserved),
 		EnrollmentConfirmed:    string(workflows.StatusConfirmed),
 		EnrollmentDeadLettered: string(workflows.StatusDeadLettered),
+		EnrollmentWaitlisted:   string(workflows.StatusWaitlisted),
 		CouponUsed:             string(workflows.CouponUsed),
 		CouponRevoked:          string(workflows.CouponRevoked),
 		DeadLetterOpen:         string(workflows.DeadLetterOpen),
