@@ -107,6 +107,8 @@ func newFake() *fakeActivities {
 		calls:          map[string]int{},
 		deadLetters:    map[int64]*fakeDeadLetter{},
 		nextDeadLetter: 100,
+		waitlist:       map[string][]workflows.EnrollmentInput{},
+		promotedBy:     map[string][]workflows.EnrollmentInput{},
 	}
 }
 
@@ -199,9 +201,6 @@ func (f *fakeActivities) ReserveSeat(_ context.Context, in workflows.ReserveSeat
 	if f.enrolled[in.CourseID] >= f.capacity[in.CourseID] || len(f.waitlist[in.CourseID]) > 0 {
 		if !in.Waitlist {
 			return workflows.ReserveSeatResult{}, workflows.Refuse(workflows.RefusalCourseFull, "course %q has no seat left", in.CourseID)
-		}
-		if f.waitlist == nil {
-			f.waitlist, f.promotedBy = map[string][]workflows.EnrollmentInput{}, map[string][]workflows.EnrollmentInput{}
 		}
 		f.waitlist[in.CourseID] = append(f.waitlist[in.CourseID], workflows.EnrollmentInput{
 			EnrollmentID: in.EnrollmentID, CourseID: in.CourseID, StudentID: in.StudentID, RequestedAt: in.RequestedAt})
@@ -350,9 +349,6 @@ func (f *fakeActivities) CancelEnrollment(_ context.Context, in workflows.Cancel
 func (f *fakeActivities) withWaitlist(course string, claims ...workflows.EnrollmentInput) *fakeActivities {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.waitlist == nil {
-		f.waitlist, f.promotedBy = map[string][]workflows.EnrollmentInput{}, map[string][]workflows.EnrollmentInput{}
-	}
 	f.waitlist[course] = append(f.waitlist[course], claims...)
 	for _, c := range claims {
 		f.enrollments[c.EnrollmentID] = &fakeEnrollment{ID: c.EnrollmentID, CourseID: c.CourseID,
@@ -367,9 +363,6 @@ func (f *fakeActivities) PromoteWaitlist(_ context.Context, in workflows.Promote
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.called(workflows.PromoteWaitlist.Name)
-	if f.promotedBy == nil {
-		f.waitlist, f.promotedBy = map[string][]workflows.EnrollmentInput{}, map[string][]workflows.EnrollmentInput{}
-	}
 	if done, ok := f.promotedBy[in.By]; ok {
 		return workflows.PromoteWaitlistResult{Promoted: done}, nil
 	}

@@ -17,15 +17,7 @@ func TestReads(t *testing.T) {
 	}
 	s := testStack(t, dataDir(t))
 	admin := newAPIClient(t, s)
-	as := func(sub string) *apiClient {
-		c := newAPIClient(t, s)
-		tok, err := mintToken(s.Config.Security.JWTSecret, sub, "", time.Hour)
-		if err != nil {
-			t.Fatal(err)
-		}
-		c.token = tok
-		return c
-	}
+	as := func(sub string) *apiClient { return newStudentClient(t, s, sub) }
 	run := fmt.Sprintf("%d", time.Now().UnixNano()%1_000_000)
 	me, other := "s-me-"+run, "s-other-"+run
 	alice, bob := as(me), as(other)

@@ -142,6 +142,18 @@ func newAPIClient(t *testing.T, s *stack) *apiClient {
 	}}
 }
 
+// newStudentClient speaks to the API as sub, a student or user without a
+// role.
+func newStudentClient(t *testing.T, s *stack, sub string) *apiClient {
+	c := newAPIClient(t, s)
+	tok, err := mintToken(s.Config.Security.JWTSecret, sub, "", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.token = tok
+	return c
+}
+
 // do sends a request and decodes a JSON answer into a map.
 func (c *apiClient) do(method, path string, body any) (int, map[string]any, error) {
 	var rd io.Reader

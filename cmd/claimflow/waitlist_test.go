@@ -23,15 +23,7 @@ func TestWaitlist(t *testing.T) {
 	}
 	s := testStack(t, dataDir(t))
 	admin := newAPIClient(t, s)
-	as := func(sub string) *apiClient {
-		c := newAPIClient(t, s)
-		tok, err := mintToken(s.Config.Security.JWTSecret, sub, "", time.Hour)
-		if err != nil {
-			t.Fatal(err)
-		}
-		c.token = tok
-		return c
-	}
+	as := func(sub string) *apiClient { return newStudentClient(t, s, sub) }
 	run := fmt.Sprintf("%d", time.Now().UnixNano()%1_000_000)
 	status := func(id string) map[string]any {
 		return admin.must("GET", "/v1/enrollments/"+id, nil, http.StatusOK)
