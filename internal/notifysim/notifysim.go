@@ -33,6 +33,12 @@
 // from a double effect (the key accepted twice) or an unstable key (same
 // key, another body). Summarize reads the ledger without trusting the
 // simulator's own dedupe.
+//
+// Memory is bounded: the simulator remembers the Retain most recent event
+// IDs (first seen last) with their ledger entries and forgets older ones,
+// counting them in Stats.Forgotten. A forgotten event that comes again
+// counts as a new one, so a test that reads the ledger keeps its events
+// within Retain.
 package notifysim
 
 import (
@@ -110,7 +116,15 @@ type Stats struct {
 	Rejected   int `json:"rejected"`
 	Delivered  int `json:"delivered"`
 	Duplicates int `json:"duplicates"`
+	// Forgotten counts events dropped from memory, oldest first, to keep
+	// the last Retain (all topics' total only).
+	Forgotten int `json:"forgotten,omitempty"`
 }
+
+// Retain is how many event IDs a simulator remembers, with their ledger
+// entries: enough for any test's ledger, and a bound on the memory of a
+// `claimflow dev` that has delivered millions of events.
+const Retain = 50_000
 
 // Event is what the simulator knows of one event ID.
 type Event struct {
@@ -232,6 +246,10 @@ type Server struct {
 	ledger    []Delivery
 	total     Stats
 	byTopic   map[string]*Stats
+	// order lists event IDs first seen first; order[head:] are remembered.
+	order  []string
+	head   int
+	retain int
 
 	srv  *http.Server
 	done chan struct{}
@@ -244,6 +262,28 @@ func New() *Server {
 		attempts: map[string]int{},
 		events:   map[string]*Event{},
 		byTopic:  map[string]*Stats{},
+		retain:   Retain,
+	}
+}
+
+// remember records a new event ID and forgets the oldest beyond retain.
+// Called with mu held.
+func (s *Server) remember(id string) {
+	s.order = append(s.order, id)
+	for len(s.order)-s.head > s.retain {
+		old := s.order[s.head]
+		s.order[s.head] = ""
+		s.head++
+		delete(s.events, old)
+		delete(s.attempts, old)
+		s.total.Forgotten++
+	}
+	if s.head > 0 && s.head >= len(s.order)/2 {
+		// Compact once half the list is forgotten, so the work per event
+		// stays constant; the ledger goes with it.
+		s.order = slices.Clone(s.order[s.head:])
+		s.head = 0
+		s.ledger = slices.DeleteFunc(s.ledger, func(d Delivery) bool { return s.events[d.Key] == nil })
 	}
 }
 
@@ -445,6 +485,7 @@ func (s *Server) apply(req consumer.WebhookRequest) (resp consumer.WebhookRespon
 		if e == nil {
 			e = &Event{EventID: n.EventID, Topic: n.Topic, FirstAt: now}
 			s.events[n.EventID] = e
+			s.remember(n.EventID)
 		}
 		e.Attempts++
 		ts := s.byTopic[n.Topic]

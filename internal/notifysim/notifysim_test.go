@@ -3,6 +3,7 @@ package notifysim
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -97,5 +98,46 @@ func TestSummarize(t *testing.T) {
 				t.Fatalf("OK() = %v", got.OK())
 			}
 		})
+	}
+}
+
+// TestMemoryIsBounded: past retain event IDs the oldest are forgotten with
+// their ledger entries, newer ones keep their history, and the count of
+// forgotten events is reported.
+func TestMemoryIsBounded(t *testing.T) {
+	s := New()
+	s.retain = 10
+	srv := httptest.NewServer(s.Handler())
+	defer srv.Close()
+	for i := range 25 {
+		n := consumer.WebhookNotification{EventID: fmt.Sprintf("e%02d", i), EventType: "x", Topic: "t", Key: "k", Event: json.RawMessage(`{}`)}
+		if code := post(t, srv, n, n); code != http.StatusOK { // each sent twice: one effect, one duplicate
+			t.Fatalf("post: %d", code)
+		}
+	}
+	if got := s.Stats("").Forgotten; got != 15 {
+		t.Errorf("forgotten = %d, want 15", got)
+	}
+	if _, ok := s.Event("e14"); ok {
+		t.Error("e14 is still remembered; only the last 10 should be")
+	}
+	if e, ok := s.Event("e15"); !ok || !e.Delivered || e.Attempts != 2 {
+		t.Errorf("e15 = %+v, %v; want remembered, delivered, 2 attempts", e, ok)
+	}
+	ds := s.Deliveries("")
+	if len(ds) > 2*2*10 {
+		t.Errorf("ledger holds %d deliveries; it must not grow past twice the retained events' share", len(ds))
+	}
+	keys := map[string]bool{}
+	for _, d := range ds {
+		keys[d.Key] = true
+	}
+	for i := 15; i < 25; i++ {
+		if !keys[fmt.Sprintf("e%02d", i)] {
+			t.Errorf("ledger lost e%02d, which is still remembered", i)
+		}
+	}
+	if l := Summarize(ds); !l.OK() {
+		t.Errorf("ledger of the remembered events: %+v", l)
 	}
 }
