@@ -161,6 +161,9 @@ func New(cfg Config) *Handler {
 	internal.GET("/healthz", healthz)
 	internal.GET("/readyz", ready.handler(true))
 	internal.GET("/metrics", metricsHandler(cfg.Gatherer))
+	// Profiles (heap, CPU, goroutines) for operators, never on the public
+	// address: they reveal internals and a CPU profile costs CPU.
+	internal.Any("/debug/pprof/*profile", gin.WrapF(servePprof))
 
 	v1 := r.Group("/v1", s.guard())
 	v1.POST("/courses", s.createCourse)

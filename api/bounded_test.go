@@ -194,10 +194,14 @@ func TestReadyzCachesAndHidesDetail(t *testing.T) {
 	if rec := get(h, "/metrics"); rec.Code != http.StatusNotFound {
 		t.Fatalf("public /metrics with SeparateInternal = %d, want 404", rec.Code)
 	}
-	for _, path := range []string{"/metrics", "/healthz"} {
+	for _, path := range []string{"/metrics", "/healthz", "/debug/pprof/", "/debug/pprof/heap"} {
 		if rec := get(h.Internal, path); rec.Code != http.StatusOK {
 			t.Fatalf("internal %s = %d", path, rec.Code)
 		}
+	}
+	// Profiles never on the public address.
+	if rec := get(h, "/debug/pprof/heap"); rec.Code != http.StatusNotFound {
+		t.Fatalf("public /debug/pprof/heap = %d, want 404", rec.Code)
 	}
 }
 

@@ -84,7 +84,7 @@ var variables = []variable{
 	{"KAFKA_BROKERS", "127.0.0.1:9092", "comma-separated Kafka bootstrap brokers"},
 	{"KAFKA_VERSION", "", "Kafka protocol version (empty: the client's default)"},
 	{"HTTP_ADDR", "127.0.0.1:8080", "API listen address"},
-	{"INTERNAL_HTTP_ADDR", "", "address of /metrics, /healthz and the detailed /readyz (empty: all on HTTP_ADDR)"},
+	{"INTERNAL_HTTP_ADDR", "", "address of /metrics, /healthz, the detailed /readyz and /debug/pprof/ (empty: all but the profiles on HTTP_ADDR)"},
 	{"REQUEST_TIMEOUT", DefaultRequestTimeout, "bound of a request's own work; routes waiting for a decision get that wait on top"},
 	{"METRICS_ADDR", "127.0.0.1:9464", "/metrics of processes without an API"},
 	{"LOG_LEVEL", "info", "debug, info, warn or error"},
