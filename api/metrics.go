@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/claimflow/claimflow/internal/buckets"
 	"github.com/claimflow/claimflow/internal/store"
 	"github.com/gin-gonic/gin"
 	"github.com/prometheus/client_golang/prometheus"
@@ -26,7 +27,7 @@ func newMetrics(s *server) *metrics {
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "claimflow_http_request_seconds",
 			Help:    "HTTP request latency by route and method.",
-			Buckets: []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30},
+			Buckets: buckets.Seconds(),
 		}, []string{"route", "method"}),
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "claimflow_claim_decisions_total",
