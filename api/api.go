@@ -128,7 +128,7 @@ func New(cfg Config) *Handler {
 	}, cfg.Metrics)
 	closeFn := s.settled.close
 	if cfg.Batching != nil {
-		s.batcher = newClaimBatcher(cfg.Temporal, cfg.Log.With("component", "batcher"), *cfg.Batching,
+		s.batcher = newClaimBatcher(cfg.Temporal, cfg.Log.With("component", "batcher"), s.metrics, *cfg.Batching,
 			s.decisionWait(workflows.ClaimEnrollmentBatch))
 		closeFn = func() { s.batcher.close(); s.settled.close() }
 	}

@@ -43,16 +43,20 @@ type BatchOptions struct {
 type claimBatcher struct {
 	temporal Temporal
 	log      *slog.Logger
-	opts     BatchOptions
-	timeout  time.Duration
-	queue    chan *pendingClaim
-	slots    chan struct{}
-	done     chan struct{}
+	// metrics observes the claims' waits and the batch calls; nil (a
+	// batcher built by hand) records nothing.
+	metrics *metrics
+	opts    BatchOptions
+	timeout time.Duration
+	queue   chan *pendingClaim
+	slots   chan struct{}
+	done    chan struct{}
 }
 
 type pendingClaim struct {
-	in    workflows.EnrollmentInput
-	reply chan claimResult
+	in        workflows.EnrollmentInput
+	submitted time.Time
+	reply     chan claimResult
 	// state moves once, from claimQueued: to claimTaken by the flush that
 	// puts the claim in a batch run, or to claimWithdrawn by its request,
 	// whose wait ended first; a withdrawn claim never reaches a run.
@@ -82,7 +86,7 @@ type claimResult struct {
 // learn whether its batch run started, once the claim is in a flush.
 const startGrace = time.Second
 
-func newClaimBatcher(t Temporal, log *slog.Logger, o BatchOptions, timeout time.Duration) *claimBatcher {
+func newClaimBatcher(t Temporal, log *slog.Logger, m *metrics, o BatchOptions, timeout time.Duration) *claimBatcher {
 	// Zero options take the environment's defaults (internal/config), so
 	// the API built by hand in a test batches as production does.
 	if o.MaxBatch <= 0 {
@@ -98,7 +102,7 @@ func newClaimBatcher(t Temporal, log *slog.Logger, o BatchOptions, timeout time.
 		o.MaxAttrBytes = config.DefaultClaimBatchAttrBytes
 	}
 	b := &claimBatcher{
-		temporal: t, log: log, opts: o, timeout: timeout,
+		temporal: t, log: log, metrics: m, opts: o, timeout: timeout,
 		queue: make(chan *pendingClaim, o.QueueLimit),
 		slots: make(chan struct{}, o.InFlight),
 		done:  make(chan struct{}),
@@ -117,7 +121,7 @@ func (b *claimBatcher) close() { close(b.done) }
 // run did not report its start within startGrace, it may still be decided
 // (a retry of the request then learns already_enrolled with the ID).
 func (b *claimBatcher) submit(ctx context.Context, in workflows.EnrollmentInput) (claimResult, error) {
-	p := &pendingClaim{in: in, reply: make(chan claimResult, 1), run: make(chan batchRun, 1)}
+	p := &pendingClaim{in: in, submitted: time.Now(), reply: make(chan claimResult, 1), run: make(chan batchRun, 1)}
 	select {
 	case b.queue <- p:
 	default:
@@ -333,7 +337,16 @@ func (b *claimBatcher) flush(batch []*pendingClaim) {
 			}
 		}()
 	}
+	call := time.Now()
+	submitted := make([]time.Time, len(batch))
+	for i, p := range batch {
+		submitted[i] = p.submitted
+	}
+	b.metrics.batchStarted(call, submitted)
 	decisions, runID, err := decideClaim[[]workflows.Decision](ctx, b.temporal, start, workflowID, b.timeout, true)
+	if err == nil {
+		b.metrics.batchDecided(time.Since(call))
+	}
 	if errors.Is(err, errUndecided) {
 		answer(claimResult{workflowID: workflowID, runID: runID,
 			err: fmt.Errorf("batch %s of %d claims: %w", in.BatchID, len(batch), err)}, nil)

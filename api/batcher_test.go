@@ -1,9 +1,19 @@
 package api
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"log/slog"
+	"net/http"
 	"strings"
+	"sync"
 	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"go.temporal.io/sdk/client"
 
 	"github.com/claimflow/claimflow/workflows"
 )
@@ -76,5 +86,95 @@ func TestBatchBuilderKeepsSearchAttributesWithinTheirLimit(t *testing.T) {
 				t.Fatalf("attribute bytes %d/%d exceed %d", b.studentBytes, b.courseBytes, tc.opts.MaxAttrBytes)
 			}
 		})
+	}
+}
+
+// decidingTemporal decides every claim of a batch run (course_not_found, so
+// the handler answers without a database).
+type decidingTemporal struct{ undecidedTemporal }
+
+func (f *decidingTemporal) UpdateWithStartWorkflow(ctx context.Context, o client.UpdateWithStartWorkflowOptions) (client.WorkflowUpdateHandle, error) {
+	op, ok := o.StartWorkflowOperation.(*fakeStart)
+	if !ok {
+		return nil, errors.New("test: no start operation")
+	}
+	close(op.called)
+	return decidedBatch{claims: len(op.claims)}, nil
+}
+
+type decidedBatch struct {
+	client.WorkflowUpdateHandle
+	claims int
+}
+
+func (u decidedBatch) RunID() string { return "run-1" }
+func (u decidedBatch) Get(_ context.Context, v any) error {
+	d, ok := v.(*[]workflows.Decision)
+	if !ok {
+		return errors.New("test: not a batch decision")
+	}
+	for range u.claims {
+		*d = append(*d, workflows.Decision{Status: workflows.StatusRefused, Refusal: workflows.RefusalCourseNotFound})
+	}
+	return nil
+}
+
+// A batcher built without metrics (nil) decides as one built by New.
+func TestBatcherWithoutMetrics(t *testing.T) {
+	b := newClaimBatcher(&decidingTemporal{}, slog.New(slog.DiscardHandler), nil, BatchOptions{}, 5*time.Second)
+	defer b.close()
+	r, err := b.submit(context.Background(), workflows.EnrollmentInput{CourseID: "c", StudentID: "s"})
+	if err != nil || r.decision.Refusal != workflows.RefusalCourseNotFound {
+		t.Fatalf("submit = %+v, %v", r, err)
+	}
+}
+
+// Every claim's wait, every batch's size and call, and every answer the
+// handler wrote are observed, so the load tool's stage table adds up.
+func TestBatcherObservesWaitsCallsAndAnswers(t *testing.T) {
+	auth, err := NewHS256([]byte(testSecret), JWTOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	h := New(Config{Temporal: &decidingTemporal{}, DB: unreachablePool(t), Log: slog.New(slog.DiscardHandler),
+		Security: Security{Auth: auth}, Metrics: reg, Gatherer: reg, DecisionTimeout: 5 * time.Second,
+		Batching: &BatchOptions{}})
+	defer h.Close()
+	const claims = 12
+	var wg sync.WaitGroup
+	for i := range claims {
+		wg.Go(func() {
+			if rec := enrollWithin(t, h, fmt.Sprintf("s%d", i), 0); rec.Code != http.StatusNotFound {
+				t.Errorf("claim %d = %d %s, want 404 course_not_found", i, rec.Code, rec.Body.String())
+			}
+		})
+	}
+	wg.Wait()
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]*dto.Histogram{}
+	for _, f := range families {
+		if f.GetType() == dto.MetricType_HISTOGRAM && len(f.Metric) == 1 {
+			got[f.GetName()] = f.Metric[0].GetHistogram()
+		}
+	}
+	calls := got["claimflow_claim_batch_call_seconds"].GetSampleCount()
+	for name, want := range map[string]uint64{
+		"claimflow_claim_batch_wait_seconds": claims,
+		"claimflow_claim_answer_seconds":     claims,
+		"claimflow_claim_batch_claims":       calls, // one per batch
+	} {
+		if n := got[name].GetSampleCount(); n != want {
+			t.Errorf("%s counted %d, want %d", name, n, want)
+		}
+	}
+	if calls < 1 || calls > claims {
+		t.Errorf("%d batch calls for %d claims", calls, claims)
+	}
+	if sum := got["claimflow_claim_batch_claims"].GetSampleSum(); sum != claims {
+		t.Errorf("batches held %v claims in all, want %d", sum, claims)
 	}
 }

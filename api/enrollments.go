@@ -101,6 +101,14 @@ func (s *server) enroll(c *gin.Context) {
 			return
 		}
 	}
+	// From here to the answer written is the answer's own time (counted
+	// unless it waits for the confirmation).
+	decidedAt, awaited := time.Now(), false
+	defer func() {
+		if !awaited {
+			s.metrics.answered(decidedAt)
+		}
+	}()
 	s.metrics.decided("Enrollment", string(decision.Status), string(decision.Refusal))
 	if decision.Status == workflows.StatusFailed {
 		s.internalError(c, fmt.Errorf("enroll %s in %s: %s", req.StudentID, courseID, decision.Message))
@@ -135,6 +143,7 @@ func (s *server) enroll(c *gin.Context) {
 		c.JSON(http.StatusCreated, got)
 		return
 	}
+	awaited = true
 	current, err := s.awaitSettled(c, decision.EnrollmentID)
 	if err != nil {
 		s.internalError(c, err)

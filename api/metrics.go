@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/claimflow/claimflow/internal/buckets"
 	"github.com/claimflow/claimflow/internal/store"
 	"github.com/gin-gonic/gin"
 	"github.com/prometheus/client_golang/prometheus"
@@ -15,6 +16,13 @@ type metrics struct {
 	requests  *prometheus.CounterVec
 	latency   *prometheus.HistogramVec
 	decisions *prometheus.CounterVec
+	// An enrollment's way through the claim batcher and back (where an
+	// answer's time goes): waiting for its batch, the batch's
+	// Update-With-Start, the batch's size, and the handler's answer.
+	batchWait   prometheus.Histogram
+	batchCall   prometheus.Histogram
+	batchClaims prometheus.Histogram
+	answer      prometheus.Histogram
 }
 
 func newMetrics(s *server) *metrics {
@@ -26,12 +34,32 @@ func newMetrics(s *server) *metrics {
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "claimflow_http_request_seconds",
 			Help:    "HTTP request latency by route and method.",
-			Buckets: []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30},
+			Buckets: buckets.Seconds(),
 		}, []string{"route", "method"}),
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "claimflow_claim_decisions_total",
 			Help: "Claim outcomes answered to clients, by workflow type, status and refusal.",
 		}, []string{"workflow", "status", "refusal"}),
+		batchWait: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "claimflow_claim_batch_wait_seconds",
+			Help:    "An enrollment claim's wait from its submission to the start of its batch's Update-With-Start call.",
+			Buckets: buckets.Seconds(),
+		}),
+		batchCall: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "claimflow_claim_batch_call_seconds",
+			Help:    "A claim batch's Update-With-Start call, from the call to its decisions back (calls that end without decisions are not counted).",
+			Buckets: buckets.Seconds(),
+		}),
+		batchClaims: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "claimflow_claim_batch_claims",
+			Help:    "Claims one batch run decides, counted when its Update-With-Start call starts.",
+			Buckets: buckets.Claims(),
+		}),
+		answer: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "claimflow_claim_answer_seconds",
+			Help:    "The enrollment handler's time from the claim's decision back to its answer written (?wait=confirmed answers, which wait for the confirmation, are not counted).",
+			Buckets: buckets.Seconds(),
+		}),
 	}
 	openDeadLetters := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "claimflow_dead_letters_open",
@@ -45,7 +73,8 @@ func newMetrics(s *server) *metrics {
 		}
 		return float64(n)
 	})
-	s.Metrics.MustRegister(m.requests, m.latency, m.decisions, openDeadLetters)
+	s.Metrics.MustRegister(m.requests, m.latency, m.decisions, m.batchWait, m.batchCall, m.batchClaims, m.answer,
+		openDeadLetters)
 	return m
 }
 
@@ -62,6 +91,37 @@ func (m *metrics) middleware(c *gin.Context) {
 
 func (m *metrics) decided(workflow, status, refusal string) {
 	m.decisions.WithLabelValues(workflow, status, refusal).Inc()
+}
+
+// The batcher's and the handler's observations; a nil *metrics (a batcher
+// built by hand in a test) records nothing.
+
+// batchStarted records a batch whose Update-With-Start call starts at
+// call: its size and each claim's wait since submitted.
+func (m *metrics) batchStarted(call time.Time, submitted []time.Time) {
+	if m == nil {
+		return
+	}
+	m.batchClaims.Observe(float64(len(submitted)))
+	for _, at := range submitted {
+		m.batchWait.Observe(call.Sub(at).Seconds())
+	}
+}
+
+// batchDecided records a batch call that brought its decisions back.
+func (m *metrics) batchDecided(took time.Duration) {
+	if m == nil {
+		return
+	}
+	m.batchCall.Observe(took.Seconds())
+}
+
+// answered records the handler's time from a decision to its answer.
+func (m *metrics) answered(decided time.Time) {
+	if m == nil {
+		return
+	}
+	m.answer.Observe(time.Since(decided).Seconds())
 }
 
 func metricsHandler(g prometheus.Gatherer) gin.HandlerFunc {

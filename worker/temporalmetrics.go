@@ -8,6 +8,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.temporal.io/sdk/client"
+
+	"github.com/claimflow/claimflow/internal/buckets"
 )
 
 // TemporalMetrics exposes the Temporal SDK's own metrics (workflow and
@@ -30,8 +32,9 @@ const (
 	kindTimer
 )
 
-// Timer buckets in seconds, from a fast local activity to a long poll.
-var timerBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}
+// Timer buckets in seconds, from a fast local activity to a long poll: the
+// API's latency histograms use the same bounds (internal/buckets).
+var timerBuckets = buckets.Seconds()
 
 type series struct {
 	name   string

@@ -28,6 +28,9 @@ type benchEnv struct {
 	KafkaVersion    string
 	// HTTPAddr is the API's listen address: the default --target.
 	HTTPAddr string
+	// InternalHTTPAddr, when set, is where that API serves /metrics: the
+	// default --metrics.
+	InternalHTTPAddr string
 	// MaxActivities is claimflow's worker setting, copied by floor's worker.
 	MaxActivities int
 	// AuthMode, JWTSecret, Issuer and Audience sign the default token.
@@ -52,19 +55,20 @@ func loadEnv() (benchEnv, error) {
 		return benchEnv{}, err
 	}
 	return benchEnv{
-		DatabaseURL:     cfg.DatabaseURL,
-		TemporalAddress: cfg.TemporalAddress,
-		Namespace:       cfg.Namespace,
-		KafkaBrokers:    cfg.KafkaBrokers,
-		KafkaVersion:    cfg.KafkaVersion,
-		HTTPAddr:        cfg.HTTPAddr,
-		MaxActivities:   cfg.MaxActivities,
-		AuthMode:        cfg.Security.AuthMode,
-		JWTSecret:       cfg.Security.JWTSecret,
-		Issuer:          cfg.Security.Issuer,
-		Audience:        cfg.Security.Audience,
-		LogLevel:        cfg.LogLevel,
-		LogFormat:       cfg.LogFormat,
+		DatabaseURL:      cfg.DatabaseURL,
+		TemporalAddress:  cfg.TemporalAddress,
+		Namespace:        cfg.Namespace,
+		KafkaBrokers:     cfg.KafkaBrokers,
+		KafkaVersion:     cfg.KafkaVersion,
+		HTTPAddr:         cfg.HTTPAddr,
+		InternalHTTPAddr: cfg.InternalHTTPAddr,
+		MaxActivities:    cfg.MaxActivities,
+		AuthMode:         cfg.Security.AuthMode,
+		JWTSecret:        cfg.Security.JWTSecret,
+		Issuer:           cfg.Security.Issuer,
+		Audience:         cfg.Security.Audience,
+		LogLevel:         cfg.LogLevel,
+		LogFormat:        cfg.LogFormat,
 
 		MigrateDatabaseURL: cfg.MigrateDatabaseURL,
 	}, nil

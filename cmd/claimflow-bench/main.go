@@ -18,6 +18,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"net/url"
 	"os"
 	"os/signal"
 	"strings"
@@ -123,6 +125,7 @@ type loadRun struct {
 	jsonOut  string
 	plotOut  string
 	pidFlags stringList
+	metrics  stringList
 }
 
 // stringList is a repeatable flag.
@@ -159,7 +162,8 @@ func parseLoad(env benchEnv, mode string, args []string, stderr io.Writer) (load
 	fs.StringVar(&r.plotOut, "plot", "", "draw throughput and latency percentiles per second into this PNG")
 	fs.StringVar(&r.token, "token", "", "bearer token for the claimflow API (an admin's); default: one minted from JWT_SECRET or <data-dir>/jwt-secret when there is one")
 	fs.StringVar(&r.dataDir, "data-dir", ".claimflow", "the 'claimflow dev' data dir whose jwt-secret signs the default token")
-	fs.Var(&r.pidFlags, "pid", "process whose peak RSS is reported for claimflow (repeatable; e.g. the 'claimflow dev' process)")
+	fs.Var(&r.pidFlags, "pid", "process whose peak RSS is reported for claimflow, and whose CPU, with its descendants', the stage table shows (repeatable; e.g. the 'claimflow dev' process and the Postgres postmaster)")
+	fs.Var(&r.metrics, "metrics", "claimflow /metrics URL the stage table is read from (repeatable: the API's, and the worker's when it runs apart); default: the API's, at INTERNAL_HTTP_ADDR when set, else --target (burst, compare)")
 	if err := fs.Parse(args); err != nil {
 		return r, err
 	}
@@ -207,10 +211,37 @@ func parseLoad(env benchEnv, mode string, args []string, stderr io.Writer) (load
 		Progress: stderr, ProgressEvery: *progressEvery,
 	}
 	r.arm = bench.Arm{Name: "claimflow", URL: strings.TrimRight(*target, "/"), Schema: bench.ClaimflowSchema, PIDs: pids}
+	if len(r.metrics) > 0 {
+		r.arm.Metrics = r.metrics
+	} else {
+		r.arm.Metrics, r.arm.NoMetrics = defaultMetrics(env, r.arm.URL, set["target"])
+	}
 	if len(pids) > 0 {
 		r.arm.RSSScope = fmt.Sprintf("pids %s", r.pidFlags.String())
 	}
 	return r, nil
+}
+
+// defaultMetrics is where the API under test serves /metrics: its internal
+// address when INTERNAL_HTTP_ADDR is set (then the public one serves none),
+// else the target itself. An internal address belongs to the API at
+// HTTP_ADDR; for another --target it cannot be derived, and why is said.
+func defaultMetrics(env benchEnv, target string, targetSet bool) ([]string, string) {
+	if env.InternalHTTPAddr == "" {
+		return []string{target + "/metrics"}, ""
+	}
+	if u, err := url.Parse(target); targetSet && (err != nil || u.Host != env.HTTPAddr) {
+		return nil, fmt.Sprintf("INTERNAL_HTTP_ADDR (%s) is the internal address of the API at HTTP_ADDR (%s), not of --target %s; pass --metrics",
+			env.InternalHTTPAddr, env.HTTPAddr, target)
+	}
+	host, port, err := net.SplitHostPort(env.InternalHTTPAddr)
+	if err != nil {
+		return nil, fmt.Sprintf("INTERNAL_HTTP_ADDR %q is not host:port; pass --metrics", env.InternalHTTPAddr)
+	}
+	if host == "" || host == "0.0.0.0" || host == "::" {
+		host = "127.0.0.1" // listening on every interface: this machine's
+	}
+	return []string{"http://" + net.JoinHostPort(host, port) + "/metrics"}, ""
 }
 
 func pick[T any](explicit bool, v, def T) T {

@@ -74,3 +74,40 @@ func TestQuickFlags(t *testing.T) {
 		t.Error("a stray argument was accepted")
 	}
 }
+
+// The stage table reads the API's /metrics: where 'claimflow dev' and the
+// services serve it, unless --metrics says; where that cannot be known,
+// the arm says why instead.
+func TestMetricsURLs(t *testing.T) {
+	internal := benchEnv{HTTPAddr: "127.0.0.1:8080", InternalHTTPAddr: ":9466"}
+	tests := []struct {
+		name     string
+		env      benchEnv
+		args     []string
+		want     []string
+		wantNote string
+	}{
+		{"the public address serves /metrics", benchEnv{HTTPAddr: "127.0.0.1:8080"}, nil,
+			[]string{"http://127.0.0.1:8080/metrics"}, ""},
+		{"so does another target's", benchEnv{HTTPAddr: "127.0.0.1:8080"}, []string{"--target", "http://api.test:9000/"},
+			[]string{"http://api.test:9000/metrics"}, ""},
+		{"INTERNAL_HTTP_ADDR moves it", internal, nil, []string{"http://127.0.0.1:9466/metrics"}, ""},
+		{"INTERNAL_HTTP_ADDR is not another target's", internal, []string{"--target", "http://api.test:9000"},
+			nil, "pass --metrics"},
+		{"--metrics wins", internal, []string{"--target", "http://api.test:9000", "--metrics", "http://api.test:9466/metrics",
+			"--metrics", "http://worker.test:9464/metrics"},
+			[]string{"http://api.test:9466/metrics", "http://worker.test:9464/metrics"}, ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r, err := parseLoad(tc.env, "burst", tc.args, io.Discard)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(r.arm.Metrics, tc.want) || !strings.Contains(r.arm.NoMetrics, tc.wantNote) ||
+				(tc.wantNote == "") != (r.arm.NoMetrics == "") {
+				t.Errorf("metrics %v, note %q; want %v, a note with %q", r.arm.Metrics, r.arm.NoMetrics, tc.want, tc.wantNote)
+			}
+		})
+	}
+}

@@ -67,7 +67,14 @@ func TestBenchQuick(t *testing.T) {
 			Progress: testWriter{t}, ProgressEvery: progress, Log: log,
 		}
 	}
-	arm := bench.Arm{Name: "claimflow", URL: "http://" + s.API.Addr, Schema: bench.ClaimflowSchema, Token: token}
+	// The stage table reads the API's /metrics, where claimflow-bench's
+	// default --metrics finds it: the internal address, if any.
+	metricsAddr := s.API.Addr
+	if s.API.InternalAddr != "" {
+		metricsAddr = s.API.InternalAddr
+	}
+	arm := bench.Arm{Name: "claimflow", URL: "http://" + s.API.Addr, Schema: bench.ClaimflowSchema, Token: token,
+		Metrics: []string{"http://" + metricsAddr + "/metrics"}}
 
 	t.Run("burst", func(t *testing.T) {
 		o := quick(bench.QuickScenario(), time.Second)
@@ -78,7 +85,7 @@ func TestBenchQuick(t *testing.T) {
 			t.Fatal(err)
 		}
 		summary := summarize(t, r)
-		for _, want := range []string{"http_reqs", "http_req_duration", "requested → recorded", "audit"} {
+		for _, want := range []string{"http_reqs", "http_req_duration", "requested → recorded", "audit", "stages over the hold", "CPU over the same window"} {
 			if !strings.Contains(summary, want) {
 				t.Errorf("summary lacks %q", want)
 			}
@@ -88,6 +95,7 @@ func TestBenchQuick(t *testing.T) {
 		if j["rss_mb"] == nil {
 			t.Error("rss_mb is null although a PID was given")
 		}
+		checkStageTable(t, j)
 		checkPlot(t, filepath.Join(out, "burst.png"), r)
 	})
 
@@ -160,6 +168,13 @@ func TestBenchQuick(t *testing.T) {
 		for _, name := range []string{"claimflow", "peer"} {
 			a, _ := j[name].(map[string]any)
 			checkArm(t, name, a, 40)
+		}
+		// The stage table is claimflow's: the peer has no such metrics.
+		if cf, _ := j["claimflow"].(map[string]any); cf["stage_table"] == nil {
+			t.Error("compare: the claimflow arm has no stage_table")
+		}
+		if pe, _ := j["peer"].(map[string]any); pe["stage_table"] != nil {
+			t.Errorf("compare: the peer arm has a stage_table: %v", pe["stage_table"])
 		}
 		ratio, _ := j["ratio"].(map[string]any)
 		for _, k := range []string{"throughput", "p50", "p95"} {
@@ -276,6 +291,59 @@ func asJSON(t *testing.T, v any) map[string]any {
 		t.Fatal(err)
 	}
 	return m
+}
+
+// checkStageTable holds a burst's stage table to the stages issue 17 reads
+// most: the batcher's wait, the Update-With-Start, ReserveSeats and
+// PublishBatch were all observed during the hold, and the CPU table has a
+// row for the claimflow process (here the test process, which also runs
+// the bench), so the table cannot silently go empty.
+func checkStageTable(t *testing.T, arm map[string]any) {
+	t.Helper()
+	st, ok := arm["stage_table"].(map[string]any)
+	if !ok {
+		t.Fatalf("no stage_table (no_stage_table: %v)", arm["no_stage_table"])
+	}
+	if note, _ := st["note"].(string); note != "" {
+		t.Fatalf("stage table without stages: %s", note)
+	}
+	if w, _ := st["window_s"].(float64); w <= 0 {
+		t.Errorf("stage table window %v", st["window_s"])
+	}
+	counts := map[string]float64{}
+	stages, _ := st["stages"].([]any)
+	for _, raw := range stages {
+		row, _ := raw.(map[string]any)
+		name, _ := row["name"].(string)
+		counts[name], _ = row["count"].(float64)
+		if row["metric"] == "" || row["count"] == nil {
+			t.Errorf("stage row %v lacks its metric or count", row)
+		}
+		if _, isMS := row["p50_ms"]; !isMS && row["unit"] != "claims" {
+			t.Errorf("stage row %v has no p50_ms", row)
+		}
+	}
+	for _, name := range []string{"batcher wait", "Update-With-Start round trip", "ReserveSeats (local activity)",
+		"PublishBatch (local activity)", "client-observed (bench samples)"} {
+		if counts[name] <= 0 {
+			t.Errorf("stage %q counted nothing during the hold (stages %v)", name, counts)
+		}
+	}
+	cpu, _ := st["cpu"].([]any)
+	var claimflowRow bool
+	for _, raw := range cpu {
+		row, _ := raw.(map[string]any)
+		process, _ := row["process"].(string)
+		if s, _ := row["cpu_s"].(float64); strings.HasPrefix(process, "claimflow") && s > 0 {
+			claimflowRow = true
+		}
+	}
+	if !claimflowRow {
+		t.Errorf("no CPU row for the claimflow process: %v", cpu)
+	}
+	if _, ok := st["machine_busy_share"].(float64); !ok {
+		t.Errorf("machine_busy_share = %v", st["machine_busy_share"])
+	}
 }
 
 // checkPlot draws results as claimflow-bench's --plot does and checks the

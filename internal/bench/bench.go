@@ -104,8 +104,14 @@ type Arm struct {
 	// admin's, since the bench creates courses and enrolls any student.
 	Token string
 	// PIDs whose summed VmRSS peak is reported; RSSScope says what they are.
+	// The stage table's CPU rows are these processes and their descendants.
 	PIDs     []int
 	RSSScope string
+	// Metrics are the /metrics URLs the stage table is read from (the API's,
+	// and the worker's when it runs apart); without any, NoMetrics says why
+	// there is no stage table.
+	Metrics   []string
+	NoMetrics string
 }
 
 // Result is one arm's figures; the JSON keys are the issue's.
@@ -129,7 +135,11 @@ type Result struct {
 	// --waitlist).
 	Waitlist *WaitlistFigures `json:"waitlist,omitempty"`
 	RSSScope string           `json:"rss_scope,omitempty"`
-	Timeline []Second         `json:"timeline"`
+	// StageTable is where an answer's time went during the hold (nil for
+	// an arm without metrics: the peer, or no URL; NoStageTable says why).
+	StageTable   *StageTable `json:"stage_table,omitempty"`
+	NoStageTable string      `json:"no_stage_table,omitempty"`
+	Timeline     []Second    `json:"timeline"`
 }
 
 // newRunID is a short unique prefix for the run's course IDs, so the SQL and
@@ -162,6 +172,13 @@ func Run(ctx context.Context, o Options, arm Arm) (*Result, error) {
 	rss := startRSS(arm.PIDs, 500*time.Millisecond)
 	rec := &Recorder{}
 	start := time.Now()
+	var probe *stageProbe
+	if len(arm.Metrics) > 0 {
+		from, to := HoldWindow(o.Scenario)
+		probe = startStageProbe(ctx, arm.Metrics, arm.PIDs, start, from, to)
+	} else {
+		res.NoStageTable = arm.NoMetrics
+	}
 	en := &enroller{
 		client: client, base: arm.URL, token: arm.Token, courses: courses, students: o.Students,
 		sleep: o.Scenario.Sleep, maxRetries: o.MaxRetries, start: start, rec: rec,
@@ -183,6 +200,11 @@ func Run(ctx context.Context, o Options, arm Arm) (*Result, error) {
 	}
 
 	samples, dropped := rec.Snapshot()
+	if probe != nil {
+		if res.StageTable = probe.result(samples); res.StageTable == nil {
+			res.NoStageTable = "the run ended before the hold's second reading"
+		}
+	}
 	sendSpan := o.Scenario.Duration()
 	for _, s := range samples {
 		sendSpan = max(sendSpan, s.End)

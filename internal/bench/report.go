@@ -68,6 +68,12 @@ func WriteSummary(w io.Writer, r *Result) {
 	} else {
 		p("  peak RSS ..............: not measured (pass --pid)\n")
 	}
+	switch {
+	case r.StageTable != nil:
+		writeStageTable(w, r.StageTable)
+	case r.NoStageTable != "":
+		p("  stage table ...........: none: %s\n", r.NoStageTable)
+	}
 }
 
 func statusLine(m map[string]int) string {

@@ -1,0 +1,240 @@
+package bench
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// clockTicks is USER_HZ, the unit of /proc's CPU times: 100 on every Linux
+// the bench runs on.
+const clockTicks = 100
+
+// procStat is what the bench reads of /proc/PID/stat.
+type procStat struct {
+	pid, ppid int
+	comm      string
+	// ticks is utime+stime+cutime+cstime: the process's own CPU time and
+	// that of its children it reaped, so a worker process that exits
+	// between two readings (a Postgres backend) still counts, in its
+	// parent's row.
+	ticks uint64
+	// start is the process's start time in ticks since boot; with the PID
+	// it tells a process from a later one with the same PID.
+	start uint64
+}
+
+// parseProcStat reads one /proc/PID/stat line. comm is in parentheses and
+// may hold spaces and parentheses itself: the fields after it start after
+// the last ')'.
+func parseProcStat(b []byte) (procStat, error) {
+	open, end := bytes.IndexByte(b, '('), bytes.LastIndexByte(b, ')')
+	if open < 0 || end < open {
+		return procStat{}, fmt.Errorf("no (comm) in %q", b)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b[:open])))
+	if err != nil {
+		return procStat{}, fmt.Errorf("pid: %w", err)
+	}
+	// After comm: state(3) ppid(4) ... utime(14) stime(15) cutime(16)
+	// cstime(17) ... starttime(22), numbered as proc(5) does.
+	f := strings.Fields(string(b[end+1:]))
+	field := func(n int) (uint64, error) {
+		i := n - 3
+		if i >= len(f) {
+			return 0, fmt.Errorf("stat of %d has no field %d", pid, n)
+		}
+		v, err := strconv.ParseInt(f[i], 10, 64) // cutime and cstime are signed
+		return uint64(max(v, 0)), err
+	}
+	st := procStat{pid: pid, comm: string(b[open+1 : end])}
+	var ppid uint64
+	if ppid, err = field(4); err != nil {
+		return st, err
+	}
+	st.ppid = int(ppid)
+	for n := 14; n <= 17; n++ {
+		v, err := field(n)
+		if err != nil {
+			return st, err
+		}
+		st.ticks += v
+	}
+	st.start, err = field(22)
+	return st, err
+}
+
+// readProcs reads every process's stat; processes that end while it reads
+// are left out.
+func readProcs() (map[int]procStat, error) {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[int]procStat, len(entries))
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		if st, err := parseProcStat(b); err == nil && st.pid == pid {
+			out[pid] = st
+		}
+	}
+	return out, nil
+}
+
+// benchGroup names the bench process's own row.
+const benchGroup = "bench (generator)"
+
+// cpuGroups sorts processes into the rows of the CPU table: each root and
+// all its descendants by command name, and the bench process (self) as the
+// generator's row, or, when it is itself in a tree (the stack in the same
+// process, as in tests), as its command name with the generator noted.
+func cpuGroups(procs map[int]procStat, roots []int, self int) map[int]string {
+	children := map[int][]int{}
+	for pid, st := range procs {
+		children[st.ppid] = append(children[st.ppid], pid)
+	}
+	group := map[int]string{}
+	queue := slices.Clone(roots)
+	for len(queue) > 0 {
+		pid := queue[0]
+		queue = queue[1:]
+		st, ok := procs[pid]
+		if _, seen := group[pid]; !ok || seen {
+			continue
+		}
+		group[pid] = st.comm
+		queue = append(queue, children[pid]...)
+	}
+	if _, inTree := group[self]; inTree {
+		group[self] = procs[self].comm + " + " + benchGroup
+	} else if _, ok := procs[self]; ok {
+		group[self] = benchGroup
+	}
+	return group
+}
+
+// cpuSnapshot is the CPU time of each process of the table's rows, and the
+// machine's, at one moment.
+type cpuSnapshot struct {
+	procs map[int]procStat
+	group map[int]string
+	// busy and total are the machine's CPU ticks from /proc/stat; ok is
+	// false when it could not be read.
+	busy, total uint64
+	machineOK   bool
+}
+
+func takeCPUSnapshot(roots []int, self int) (cpuSnapshot, error) {
+	procs, err := readProcs()
+	if err != nil {
+		return cpuSnapshot{}, err
+	}
+	s := cpuSnapshot{procs: procs, group: cpuGroups(procs, roots, self)}
+	if b, err := os.ReadFile("/proc/stat"); err == nil {
+		s.busy, s.total, err = parseMachineStat(b)
+		s.machineOK = err == nil
+	}
+	return s, nil
+}
+
+// parseMachineStat reads the "cpu" line of /proc/stat: total is user +
+// nice + system + idle + iowait + irq + softirq + steal (guest time is
+// already in user), busy is total less idle and iowait.
+func parseMachineStat(b []byte) (busy, total uint64, err error) {
+	line, _, _ := bytes.Cut(b, []byte("\n"))
+	f := strings.Fields(string(line))
+	if len(f) < 9 || f[0] != "cpu" {
+		return 0, 0, fmt.Errorf("no cpu line in /proc/stat")
+	}
+	var v [8]uint64
+	for i := range v {
+		if v[i], err = strconv.ParseUint(f[i+1], 10, 64); err != nil {
+			return 0, 0, err
+		}
+		total += v[i]
+	}
+	return total - v[3] - v[4], total, nil
+}
+
+// CPURow is one row of the CPU table: a command name's processes, their
+// CPU seconds over the window, and their share of all the machine's CPUs.
+type CPURow struct {
+	Process string  `json:"process"`
+	PIDs    []int   `json:"pids"`
+	CPUS    float64 `json:"cpu_s"`
+	Share   float64 `json:"share"`
+}
+
+// cpuRows is what each row's processes used between a and b: the sum of
+// the row's ticks at b less the sum at a (a process gone by b left its
+// time to its parent's reaped-children ticks), never below zero.
+func cpuRows(a, b cpuSnapshot, windowS float64, cpus int) []CPURow {
+	before, after := map[string]uint64{}, map[string]uint64{}
+	pids := map[string][]int{}
+	for pid, g := range a.group {
+		if st, ok := b.procs[pid]; ok && st.start == a.procs[pid].start && b.group[pid] == "" {
+			continue // left the tree (reparented): not counted at either end
+		}
+		before[g] += a.procs[pid].ticks
+	}
+	for pid, g := range b.group {
+		if prev, ok := a.procs[pid]; ok && prev.start == b.procs[pid].start && a.group[pid] == "" {
+			// Joined the tree during the window: only its time since.
+			after[g] += b.procs[pid].ticks - min(prev.ticks, b.procs[pid].ticks)
+		} else {
+			after[g] += b.procs[pid].ticks
+		}
+		pids[g] = append(pids[g], pid)
+	}
+	names := make([]string, 0, len(after))
+	for g := range after {
+		names = append(names, g)
+	}
+	for g := range before {
+		if _, ok := after[g]; !ok {
+			names = append(names, g)
+		}
+	}
+	var rows []CPURow
+	for _, g := range names {
+		var ticks uint64
+		if after[g] > before[g] {
+			ticks = after[g] - before[g]
+		}
+		slices.Sort(pids[g])
+		r := CPURow{Process: g, PIDs: pids[g], CPUS: round3(float64(ticks) / clockTicks)}
+		if windowS > 0 && cpus > 0 {
+			r.Share = round3(r.CPUS / (windowS * float64(cpus)))
+		}
+		rows = append(rows, r)
+	}
+	slices.SortFunc(rows, func(x, y CPURow) int {
+		if x.CPUS != y.CPUS {
+			if x.CPUS > y.CPUS {
+				return -1
+			}
+			return 1
+		}
+		return strings.Compare(x.Process, y.Process)
+	})
+	return rows
+}
+
+// machineBusy is the machine's busy share between a and b, or nil.
+func machineBusy(a, b cpuSnapshot) *float64 {
+	if !a.machineOK || !b.machineOK || b.total <= a.total {
+		return nil
+	}
+	v := round3(float64(b.busy-a.busy) / float64(b.total-a.total))
+	return &v
+}
