@@ -4,6 +4,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/claimflow/claimflow/internal/buckets"
 )
 
 // Metrics are the activities' own measurements. A nil *Metrics records
@@ -19,7 +21,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		publishSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "claimflow_kafka_publish_seconds",
 			Help:    "Time from send to acknowledgement by all in-sync replicas.",
-			Buckets: []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10},
+			Buckets: buckets.Seconds(),
 		}, []string{"topic"}),
 		publishErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "claimflow_kafka_publish_errors_total",

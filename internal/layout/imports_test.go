@@ -14,7 +14,7 @@ const module = "github.com/claimflow/claimflow/"
 // package missing here fails the test, so a new room gets a rule.
 var mayImport = map[string][]string{
 	"workflows":             {},
-	"activities":            {"workflows", "internal/kafka", "internal/store"},
+	"activities":            {"workflows", "internal/buckets", "internal/kafka", "internal/store"},
 	"api":                   {"workflows", "internal/buckets", "internal/config", "internal/store"},
 	"worker":                {"workflows", "internal/buckets"},
 	"consumer":              {"workflows", "internal/config", "internal/kafka", "internal/store"},
