@@ -2,7 +2,6 @@ package activities
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"testing"
@@ -58,12 +57,12 @@ func TestExistingClaimsProbe(t *testing.T) {
 	if err := conn.QueryRow(ctx, "EXPLAIN (FORMAT JSON) "+existingClaimsSQL, ids, courses, students).Scan(&raw); err != nil {
 		t.Fatal(err)
 	}
-	var plan []struct{ Plan planNode }
-	if err := json.Unmarshal(raw, &plan); err != nil || len(plan) != 1 {
+	plan, err := pgtest.ParsePlan(raw)
+	if err != nil {
 		t.Fatalf("plan %s: %v", raw, err)
 	}
 	var nodes, indexes []string
-	plan[0].Plan.walk(func(n planNode) {
+	plan.Walk(func(n pgtest.PlanNode) {
 		nodes = append(nodes, n.NodeType)
 		if n.IndexName != "" {
 			indexes = append(indexes, n.IndexName)
@@ -73,18 +72,5 @@ func TestExistingClaimsProbe(t *testing.T) {
 		!slices.Contains(indexes, "enrollments_one_active_per_student") {
 		t.Errorf("want one probe of enrollments_one_active_per_student per claim (a nested loop), no join over the table; nodes %v on indexes %v:\n%s",
 			nodes, indexes, raw)
-	}
-}
-
-type planNode struct {
-	NodeType  string     `json:"Node Type"`
-	IndexName string     `json:"Index Name"`
-	Plans     []planNode `json:"Plans"`
-}
-
-func (n planNode) walk(f func(planNode)) {
-	f(n)
-	for _, c := range n.Plans {
-		c.walk(f)
 	}
 }

@@ -2,7 +2,6 @@ package store_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -114,13 +113,13 @@ func TestListsUseTheirIndexes(t *testing.T) {
 			if err := db.QueryRow(context.Background(), "EXPLAIN (FORMAT JSON) "+q.SQL, args[q.Index]...).Scan(&raw); err != nil {
 				t.Fatal(err)
 			}
-			var plan []struct{ Plan planNode }
-			if err := json.Unmarshal(raw, &plan); err != nil || len(plan) != 1 {
+			plan, err := pgtest.ParsePlan(raw)
+			if err != nil {
 				t.Fatalf("plan %s: %v", raw, err)
 			}
 			var types, indexes []string
 			seq := false
-			plan[0].Plan.walk(func(n planNode) {
+			plan.Walk(func(n pgtest.PlanNode) {
 				types = append(types, n.NodeType+" "+n.Relation)
 				seq = seq || n.NodeType == "Seq Scan" && slices.Contains([]string{"enrollments", "coupons", "notifications"}, n.Relation)
 				if n.IndexName != "" {
@@ -131,20 +130,6 @@ func TestListsUseTheirIndexes(t *testing.T) {
 				t.Errorf("want a scan of %s and no Seq Scan; the plan has nodes %v on indexes %v:\n%s", q.Index, types, indexes, raw)
 			}
 		})
-	}
-}
-
-type planNode struct {
-	NodeType  string     `json:"Node Type"`
-	IndexName string     `json:"Index Name"`
-	Relation  string     `json:"Relation Name"`
-	Plans     []planNode `json:"Plans"`
-}
-
-func (n planNode) walk(f func(planNode)) {
-	f(n)
-	for _, c := range n.Plans {
-		c.walk(f)
 	}
 }
 
