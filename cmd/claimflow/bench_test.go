@@ -12,6 +12,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"image/png"
 	"log/slog"
 	"math"
@@ -22,6 +23,7 @@ import (
 	"testing"
 	"time"
 
+	enumspb "go.temporal.io/api/enums/v1"
 	sdkworker "go.temporal.io/sdk/worker"
 
 	"github.com/claimflow/claimflow/api"
@@ -245,28 +247,58 @@ func TestBenchQuick(t *testing.T) {
 		checkPlot(t, filepath.Join(out, "capacity.png"), c.AsResults()...)
 	})
 
-	t.Run("floor", func(t *testing.T) {
-		tc, err := services.DialTemporal(runCtx(t), s.Config, log, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer tc.Close()
-		// claimflow-bench floor --quick: 100 workflows, 16 at once, 16 warm-up.
-		res, err := bench.Floor(runCtx(t), bench.FloorOptions{
-			Client: tc, Workflows: 100, Concurrency: 16, Warmup: 16, Progress: testWriter{t},
-			WorkerOptions: sdkworker.Options{MaxConcurrentActivityExecutionSize: s.Config.MaxActivities, WorkerStopTimeout: 20 * time.Second},
+	for _, mode := range []struct {
+		name   string
+		update bool
+	}{{"start", false}, {"update-with-start", true}} {
+		t.Run("floor/"+mode.name, func(t *testing.T) {
+			tc, err := services.DialTemporal(runCtx(t), s.Config, log, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tc.Close()
+			// claimflow-bench floor --quick [--update]: 100 workflows, 16 at once, 16 warm-up.
+			res, err := bench.Floor(runCtx(t), bench.FloorOptions{
+				Client: tc, Workflows: 100, Concurrency: 16, Warmup: 16, Update: mode.update, Progress: testWriter{t},
+				WorkerOptions: sdkworker.Options{MaxConcurrentActivityExecutionSize: s.Config.MaxActivities, WorkerStopTimeout: 20 * time.Second},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			f := asJSON(t, res)
+			if f["completed"] != float64(100) || f["errors"] != float64(0) || f["mode"] != mode.name {
+				t.Errorf("floor: %v", f)
+			}
+			if v, _ := f["wf_per_s"].(float64); v <= 0 {
+				t.Errorf("floor wf_per_s = %v", f["wf_per_s"])
+			}
+			// Each counted workflow ran on the server: its run is there,
+			// closed as completed (the update workflow ends once answered).
+			id := fmt.Sprintf("bench-floor-%s-%d", res.RunID, 99)
+			d, err := tc.DescribeWorkflowExecution(runCtx(t), id, "")
+			if err != nil {
+				t.Fatalf("describe %s: %v", id, err)
+			}
+			if st := d.GetWorkflowExecutionInfo().GetStatus(); st != enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED {
+				t.Errorf("%s is %v, want completed", id, st)
+			}
+			// The update mode answered an update; the start mode had none.
+			updates := 0
+			it := tc.GetWorkflowHistory(runCtx(t), id, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+			for it.HasNext() {
+				ev, err := it.Next()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if ev.GetEventType() == enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_COMPLETED {
+					updates++
+				}
+			}
+			if want := map[bool]int{false: 0, true: 1}[mode.update]; updates != want {
+				t.Errorf("%s answered %d updates, want %d", id, updates, want)
+			}
 		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		f := asJSON(t, res)
-		if f["completed"] != float64(100) || f["errors"] != float64(0) {
-			t.Errorf("floor: %v", f)
-		}
-		if v, _ := f["wf_per_s"].(float64); v <= 0 {
-			t.Errorf("floor wf_per_s = %v", f["wf_per_s"])
-		}
-	})
+	}
 }
 
 // summarize logs and returns the summary claimflow-bench prints for r.

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
 	sdkworker "go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
@@ -20,10 +21,32 @@ const FloorTaskQueue = "claimflow-bench-floor"
 // floorWorkflowName is the empty workflow's registered name.
 const floorWorkflowName = "BenchEmpty"
 
+// floorUpdateWorkflowName is the empty workflow that answers one update.
+const floorUpdateWorkflowName = "BenchEmptyUpdate"
+
+// floorUpdateName is the update the empty update workflow answers at once.
+const floorUpdateName = "decide"
+
 // emptyWorkflow does nothing: one workflow task, then it completes. Its rate
 // is what the Temporal server and one worker can do on this machine before
 // any activity, update or database write.
 func emptyWorkflow(workflow.Context) error { return nil }
+
+// emptyUpdateWorkflow is claimflow's shape with nothing inside: started by
+// Update-With-Start, it answers the update at once, in its first workflow
+// task, and completes. The caller's wait for the update's answer is the
+// floor of a claim's answer on this server: no activity, no database, no
+// broker.
+func emptyUpdateWorkflow(ctx workflow.Context) error {
+	answered := false
+	if err := workflow.SetUpdateHandler(ctx, floorUpdateName, func(workflow.Context) error {
+		answered = true
+		return nil
+	}); err != nil {
+		return err
+	}
+	return workflow.Await(ctx, func() bool { return answered })
+}
 
 // FloorOptions configures Floor.
 type FloorOptions struct {
@@ -33,6 +56,10 @@ type FloorOptions struct {
 	// Warmup workflows run first and are not counted: the worker's pollers
 	// and the task queue come up during them.
 	Warmup int
+	// Update starts each workflow with Update-With-Start and waits for the
+	// update's answer (claimflow's shape) instead of starting it and
+	// waiting for its result.
+	Update bool
 	// WorkerOptions are the worker settings of the worker started on
 	// FloorTaskQueue (claimflow's own, for a like-for-like floor).
 	WorkerOptions sdkworker.Options
@@ -45,6 +72,7 @@ type FloorResult struct {
 	Warmup      int            `json:"warmup"`
 	Workflows   int            `json:"workflows"`
 	Concurrency int            `json:"concurrency"`
+	Mode        string         `json:"mode"`
 	Completed   int            `json:"completed"`
 	Errors      int            `json:"errors"`
 	DurationS   float64        `json:"duration_s"`
@@ -54,8 +82,9 @@ type FloorResult struct {
 }
 
 // Floor starts a worker for the empty workflow, then runs Workflows of them
-// (start and wait for completion) on Concurrency goroutines, as fast as the
-// server lets it.
+// (start and wait for completion, or with Update Update-With-Start and wait
+// for the update's answer) on Concurrency goroutines, as fast as the server
+// lets it.
 func Floor(ctx context.Context, o FloorOptions) (FloorResult, error) {
 	if o.Workflows <= 0 || o.Concurrency <= 0 {
 		return FloorResult{}, fmt.Errorf("workflows and concurrency must be positive")
@@ -63,14 +92,18 @@ func Floor(ctx context.Context, o FloorOptions) (FloorResult, error) {
 	if o.Progress == nil {
 		o.Progress = io.Discard
 	}
-	res := FloorResult{RunID: newRunID(), Warmup: o.Warmup, Workflows: o.Workflows, Concurrency: o.Concurrency}
+	res := FloorResult{RunID: newRunID(), Warmup: o.Warmup, Workflows: o.Workflows, Concurrency: o.Concurrency, Mode: "start"}
+	if o.Update {
+		res.Mode = "update-with-start"
+	}
 	w := sdkworker.New(o.Client, FloorTaskQueue, o.WorkerOptions)
 	w.RegisterWorkflowWithOptions(emptyWorkflow, workflow.RegisterOptions{Name: floorWorkflowName})
+	w.RegisterWorkflowWithOptions(emptyUpdateWorkflow, workflow.RegisterOptions{Name: floorUpdateWorkflowName})
 	if err := w.Start(); err != nil {
 		return res, fmt.Errorf("start floor worker: %w", err)
 	}
 	defer w.Stop()
-	if err := runEmpty(ctx, o.Client, res.RunID+"-warmup", o.Warmup, o.Concurrency, nil); err != nil {
+	if err := runEmpty(ctx, o.Client, o.Update, res.RunID+"-warmup", o.Warmup, o.Concurrency, nil); err != nil {
 		return res, fmt.Errorf("warm-up: %w", err)
 	}
 
@@ -98,7 +131,7 @@ func Floor(ctx context.Context, o FloorOptions) (FloorResult, error) {
 			}
 		}
 	}()
-	_ = runEmpty(ctx, o.Client, res.RunID, o.Workflows, o.Concurrency, func(elapsed time.Duration, err error) {
+	_ = runEmpty(ctx, o.Client, o.Update, res.RunID, o.Workflows, o.Concurrency, func(elapsed time.Duration, err error) {
 		mu.Lock()
 		if err != nil {
 			res.Errors++
@@ -125,7 +158,7 @@ func Floor(ctx context.Context, o FloorOptions) (FloorResult, error) {
 
 // runEmpty runs n empty workflows on concurrency goroutines and returns the
 // first error; each completion is passed to done when it is not nil.
-func runEmpty(ctx context.Context, c client.Client, prefix string, n, concurrency int, done func(time.Duration, error)) error {
+func runEmpty(ctx context.Context, c client.Client, update bool, prefix string, n, concurrency int, done func(time.Duration, error)) error {
 	var (
 		next  atomic.Int64
 		mu    sync.Mutex
@@ -140,15 +173,13 @@ func runEmpty(ctx context.Context, c client.Client, prefix string, n, concurrenc
 					return
 				}
 				start := time.Now()
-				run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
+				opts := client.StartWorkflowOptions{
 					ID:                  fmt.Sprintf("bench-floor-%s-%d", prefix, i),
 					TaskQueue:           FloorTaskQueue,
 					WorkflowRunTimeout:  time.Minute,
 					WorkflowTaskTimeout: 10 * time.Second,
-				}, floorWorkflowName)
-				if err == nil {
-					err = run.Get(ctx, nil)
 				}
+				err := runOne(ctx, c, update, opts)
 				if done != nil {
 					done(time.Since(start), err)
 				}
@@ -167,4 +198,28 @@ func runEmpty(ctx context.Context, c client.Client, prefix string, n, concurrenc
 		return first
 	}
 	return ctx.Err()
+}
+
+// runOne runs one empty workflow: started and awaited, or with update
+// started by Update-With-Start and awaited until the update is answered.
+func runOne(ctx context.Context, c client.Client, update bool, opts client.StartWorkflowOptions) error {
+	if !update {
+		run, err := c.ExecuteWorkflow(ctx, opts, floorWorkflowName)
+		if err != nil {
+			return err
+		}
+		return run.Get(ctx, nil)
+	}
+	opts.WorkflowIDConflictPolicy = enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING
+	h, err := c.UpdateWithStartWorkflow(ctx, client.UpdateWithStartWorkflowOptions{
+		StartWorkflowOperation: c.NewWithStartWorkflowOperation(opts, floorUpdateWorkflowName),
+		UpdateOptions: client.UpdateWorkflowOptions{
+			UpdateName:   floorUpdateName,
+			WaitForStage: client.WorkflowUpdateStageCompleted,
+		},
+	})
+	if err != nil {
+		return err
+	}
+	return h.Get(ctx, nil)
 }

@@ -127,7 +127,11 @@ func WriteCompareTable(w io.Writer, c *Comparison) {
 
 // WriteFloorTable prints the floor as a Markdown table.
 func WriteFloorTable(w io.Writer, f FloorResult) {
-	fmt.Fprintln(w, "| empty workflows | concurrency | completed | errors | wall | wf/s | start→done p50 / p95 / p99 |")
+	answer := "start→done"
+	if f.Mode == "update-with-start" {
+		answer = "update answered"
+	}
+	fmt.Fprintln(w, "| empty workflows | concurrency | completed | errors | wall | wf/s | "+answer+" p50 / p95 / p99 |")
 	fmt.Fprintln(w, "|---|---|---|---|---|---|---|")
 	fmt.Fprintf(w, "| %d | %d | %d | %d | %.1fs | %.1f | %s / %s / %s |\n", f.Workflows, f.Concurrency, f.Completed, f.Errors,
 		f.DurationS, f.WFPerS, fmtMS(f.Latency.P50), fmtMS(f.Latency.P95), fmtMS(f.Latency.P99))
