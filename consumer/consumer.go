@@ -66,6 +66,11 @@ type Consumer struct {
 	client sarama.Client
 	group  sarama.ConsumerGroup
 	stats  consumerCounters
+	// The partitions' batches share their lookups, webhook requests and
+	// notification INSERTs (see merger).
+	standingOf *merger[string, map[string]string]
+	pushOf     *merger[notification, []error]
+	recordOf   *merger[notification, struct{}]
 }
 
 // Stats counts records since the consumer started.
@@ -134,7 +139,21 @@ func New(cfg Config) (*Consumer, error) {
 		_ = c.Close()
 		return nil, fmt.Errorf("join consumer group %s: %w", cfg.Group, err)
 	}
-	return &Consumer{cfg: cfg, log: cfg.Log, client: c, group: g}, nil
+	return newConsumer(cfg, c, g), nil
+}
+
+// newConsumer is a Consumer whose partitions share the sink's round trips.
+func newConsumer(cfg Config, c sarama.Client, g sarama.ConsumerGroup) *Consumer {
+	sink := cfg.Sink
+	return &Consumer{cfg: cfg, log: cfg.Log, client: c, group: g,
+		standingOf: newMerger(cfg.MaxBatch, sink.standing),
+		pushOf: newMerger(cfg.MaxBatch, func(ctx context.Context, ns []notification) ([]error, error) {
+			return sink.push(ctx, ns), nil
+		}),
+		recordOf: newMerger(cfg.MaxBatch, func(ctx context.Context, ns []notification) (struct{}, error) {
+			return struct{}{}, sink.record(ctx, ns, pathConsumer)
+		}),
+	}
 }
 
 // Stats returns the counters.
@@ -396,7 +415,7 @@ func (c *Consumer) apply(s sarama.ConsumerGroupSession, batch []*sarama.Consumer
 
 	var standing map[string]string
 	if err := c.retry(ctx, stop, "look up delivered events", func(ctx context.Context) (err error) {
-		standing, err = c.cfg.Sink.standing(ctx, ids)
+		standing, _, err = c.standingOf.do(ctx, ids)
 		return err
 	}); err != nil {
 		return err
@@ -428,7 +447,7 @@ func (c *Consumer) apply(s sarama.ConsumerGroupSession, batch []*sarama.Consumer
 	// not take leaves the line and goes to the durable path; the events
 	// behind it go on.
 	var delivered []notification
-	for i, err := range c.cfg.Sink.push(ctx, todo) {
+	for i, err := range c.push(ctx, todo) {
 		if err != nil {
 			handoffs = append(handoffs, handoff{ev: todo[i].ev, err: err.Error()})
 			continue
@@ -453,6 +472,16 @@ func (c *Consumer) apply(s sarama.ConsumerGroupSession, batch []*sarama.Consumer
 	return nil
 }
 
+// push is the inline webhook attempt of one batch, in a request it may share
+// with other partitions' batches; it returns this batch's errors.
+func (c *Consumer) push(ctx context.Context, ns []notification) []error {
+	if len(ns) == 0 {
+		return nil
+	}
+	errs, off, _ := c.pushOf.do(ctx, ns)
+	return errs[off : off+len(ns)]
+}
+
 // record writes the delivered notifications. Postgres being unreachable is
 // retried in place (it is the dedupe record: without it no event can be
 // applied). A row Postgres refuses as data (say a NUL escape jsonb cannot
@@ -463,7 +492,7 @@ func (c *Consumer) record(ctx context.Context, stop <-chan struct{}, ns []notifi
 		return nil, nil
 	}
 	err = c.retry(ctx, stop, "record notifications", func(ctx context.Context) error {
-		err := c.cfg.Sink.record(ctx, ns, pathConsumer)
+		_, _, err := c.recordOf.do(ctx, ns)
 		if isDataError(err) {
 			rejected = nil
 			for _, n := range ns {

@@ -34,8 +34,11 @@ import (
 // counts how often it was sent each event.
 type webhookCounter struct {
 	*httptest.Server
-	mu   sync.Mutex
-	sent map[string]int
+	mu       sync.Mutex
+	sent     map[string]int
+	requests int
+	// delay holds each request this long before answering.
+	delay time.Duration
 }
 
 func newWebhookCounter(t *testing.T) *webhookCounter {
@@ -50,7 +53,10 @@ func newWebhookCounter(t *testing.T) *webhookCounter {
 		for _, n := range req.Notifications {
 			w.sent[n.EventID]++
 		}
+		w.requests++
+		delay := w.delay
 		w.mu.Unlock()
+		time.Sleep(delay)
 		rw.WriteHeader(http.StatusOK) // an empty body: all accepted
 	}))
 	t.Cleanup(w.Close)
@@ -136,11 +142,8 @@ func assertOneRowEach(t *testing.T, db *pgxpool.Pool, ids []string) {
 
 func testConsumer(t *testing.T, db *pgxpool.Pool, webhook string) *Consumer {
 	log := slog.New(slog.NewTextHandler(pgtest.LogWriter{T: t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	return &Consumer{
-		cfg: Config{Sink: &Sink{DB: db, WebhookURL: webhook}, Temporal: noHandOff{t}, Log: log,
-			MaxBatch: config.DefaultConsumerBatch, DrainTimeout: time.Second},
-		log: log,
-	}
+	return newConsumer(Config{Sink: &Sink{DB: db, WebhookURL: webhook}, Temporal: noHandOff{t}, Log: log,
+		MaxBatch: config.DefaultConsumerBatch, DrainTimeout: time.Second}, nil, nil)
 }
 
 // applyBatch runs the consumer's batch step on records; a step that keeps
@@ -219,6 +222,69 @@ func TestConsumerAppliesEachEventOnce(t *testing.T) {
 			}
 		}
 	}
+}
+
+// Partitions applied at once by one consumer share webhook requests and
+// INSERTs, and each event is still sent once and recorded once with its own
+// data, and each partition's batch is marked.
+func TestPartitionsShareRoundTrips(t *testing.T) {
+	db, p := testDB(t)
+	hook := newWebhookCounter(t)
+	// Slow enough that the partitions arriving at once queue behind the
+	// first request instead of each getting one of its own.
+	hook.delay = 50 * time.Millisecond
+	c := testConsumer(t, db, hook.URL)
+	const partitions, perBatch = 12, 7
+	batches := make([][]*sarama.ConsumerMessage, partitions)
+	var ids []string
+	student := map[string]string{}
+	for part := range partitions {
+		for i := range perBatch {
+			id := fmt.Sprintf("%sp%d-e%d/%s", p, part, i, workflows.EventEnrollmentConfirmed)
+			ids = append(ids, id)
+			student[id] = fmt.Sprintf("s%d-%d", part, i)
+			m := eventRecord(p+"enrollments", int64(i), id, student[id])
+			m.Partition = int32(part)
+			batches[part] = append(batches[part], m)
+		}
+	}
+	concurrently(partitions, func(part int) {
+		s, err := applyBatch(t, c, batches[part])
+		if err != nil {
+			t.Errorf("partition %d: apply: %v", part, err)
+			return
+		}
+		if len(s.marked) != 1 || s.marked[0] != perBatch-1 {
+			t.Errorf("partition %d: marked %v, want [%d]", part, s.marked, perBatch-1)
+		}
+	})
+	assertOneRowEach(t, db, ids)
+	for _, id := range ids {
+		if n := hook.count(id); n != 1 {
+			t.Errorf("event %s sent %d times, want once", id, n)
+		}
+	}
+	rows, err := db.Query(context.Background(), `SELECT event_id, recipient FROM notifications WHERE event_id = ANY($1)`, ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id, recipient string
+		if err := rows.Scan(&id, &recipient); err != nil {
+			t.Fatal(err)
+		}
+		if recipient != student[id] {
+			t.Errorf("event %s recorded for %q, want %q", id, recipient, student[id])
+		}
+	}
+	hook.mu.Lock()
+	requests := hook.requests
+	hook.mu.Unlock()
+	if requests >= partitions {
+		t.Errorf("%d webhook requests for %d partitions' batches arriving at once, want them shared", requests, partitions)
+	}
+	t.Logf("%d partitions' batches in %d webhook requests", partitions, requests)
 }
 
 // The sink's insert is the dedupe record: the same notifications written
