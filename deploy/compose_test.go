@@ -588,6 +588,7 @@ var authVariables = []string{"AUTH_MODE", "JWT_SECRET", "JWKS_URL", "JWT_ISSUER"
 // be set in compose or added here.
 var composeDefaulted = map[string]string{
 	"TEMPORAL_CLI":                "only 'claimflow dev' runs a Temporal CLI",
+	"TEMPORAL_GRPC_COMPRESSION":   "gzip, the SDK's default, for a Temporal across a network",
 	"MIGRATE_DATABASE_URL":        "only the migrate service migrates (as the owner); the others never do",
 	"DATABASE_RUNTIME_ROLE":       "read by migrate alone, to grant the runtime role its privileges",
 	"LOG_FORMAT":                  "json, what a log collector reads",

@@ -160,3 +160,31 @@ func TestDatabaseRoles(t *testing.T) {
 		})
 	}
 }
+
+func TestTemporalCompression(t *testing.T) {
+	for _, tc := range []struct {
+		value, want, wantErr string
+	}{
+		{"", "gzip", ""},
+		{"gzip", "gzip", ""},
+		{"none", "none", ""},
+		{"zstd", "", "TEMPORAL_GRPC_COMPRESSION must be gzip or none"},
+	} {
+		cfg, err := load(func(name string) (string, bool) {
+			if name == "TEMPORAL_GRPC_COMPRESSION" && tc.value != "" {
+				return tc.value, true
+			}
+			return "", false
+		})
+		switch {
+		case tc.wantErr != "":
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("%q: error %v, want %q", tc.value, err, tc.wantErr)
+			}
+		case err != nil:
+			t.Errorf("%q: %v", tc.value, err)
+		case cfg.TemporalCompression != tc.want:
+			t.Errorf("%q: compression %q, want %q", tc.value, cfg.TemporalCompression, tc.want)
+		}
+	}
+}

@@ -42,10 +42,16 @@ func OpenDB(ctx context.Context, cfg config.Config, maxConns int32) (*pgxpool.Po
 // DialTemporal connects to cfg's Temporal namespace; tel, when not nil,
 // receives the SDK's metrics.
 func DialTemporal(ctx context.Context, cfg config.Config, log *slog.Logger, tel *Telemetry) (client.Client, error) {
+	var compression client.GrpcCompression // nil: gzip, the SDK's default
+	if cfg.TemporalCompression == "none" {
+		// Compressing loopback calls costs CPU on both ends and saves nothing.
+		compression = &client.GrpcCompressionNone{}
+	}
 	c, err := client.DialContext(ctx, client.Options{
-		HostPort:  cfg.TemporalAddress,
-		Namespace: cfg.Namespace,
-		Logger:    temporallog.NewStructuredLogger(log.With("component", "temporal-sdk")),
+		HostPort:          cfg.TemporalAddress,
+		Namespace:         cfg.Namespace,
+		ConnectionOptions: client.ConnectionOptions{GrpcCompression: compression},
+		Logger:            temporallog.NewStructuredLogger(log.With("component", "temporal-sdk")),
 		// nil telemetry (one-shot tools such as replay) records nothing.
 		MetricsHandler: metricsHandler(tel),
 	})

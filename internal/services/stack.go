@@ -165,6 +165,8 @@ func StartStack(ctx context.Context, base config.Config, log *slog.Logger, o Sta
 	s.Config.TemporalAddress = s.Temporal.Addr
 	s.Config.TemporalUIURL = s.Temporal.UIURL
 	s.Config.ClaimBatchAttrBytes = ClaimBatchAttrBytes
+	// The dev server is on loopback: compressing its calls only costs CPU.
+	s.Config.TemporalCompression = "none"
 
 	if len(o.KafkaBrokers) > 0 {
 		s.Config.KafkaBrokers = o.KafkaBrokers
