@@ -28,6 +28,8 @@ type BatchOptions struct {
 	MaxBatch int
 	// InFlight bounds the batch runs under way at once. While all are busy,
 	// arriving claims wait and join the next batch: batches grow with load.
+	// Beside a run under way another starts only for a full batch, or when
+	// fewer than joinersWorthWaiting claims are expected during a run.
 	InFlight int
 	// QueueLimit bounds the claims waiting for a batch; beyond it, 429.
 	QueueLimit int
@@ -51,7 +53,23 @@ type claimBatcher struct {
 	queue   chan *pendingClaim
 	slots   chan struct{}
 	done    chan struct{}
+	// finished receives when a run ended, so that a batch held back for
+	// it (see worthWaiting) goes at once.
+	finished chan struct{}
+	// trip is the moving average of a batch run's round trip, in
+	// nanoseconds; gap that of the time between two claims (kept by loop).
+	trip    atomic.Int64
+	gap     time.Duration
+	arrived time.Time
 }
+
+// joinersWorthWaiting is how many claims must be expected to join a batch
+// during the run under way before the batch waits for it rather than
+// starting a run of its own next to it. Every run costs the Temporal server
+// about as much as an empty workflow, whatever it carries; a run for one or
+// two claims beside a busy one buys their answer a shorter wait with
+// Temporal time every other claim then waits for.
+const joinersWorthWaiting = 4
 
 type pendingClaim struct {
 	in        workflows.EnrollmentInput
@@ -103,9 +121,11 @@ func newClaimBatcher(t Temporal, log *slog.Logger, m *metrics, o BatchOptions, t
 	}
 	b := &claimBatcher{
 		temporal: t, log: log, metrics: m, opts: o, timeout: timeout,
-		queue: make(chan *pendingClaim, o.QueueLimit),
-		slots: make(chan struct{}, o.InFlight),
-		done:  make(chan struct{}),
+		queue:    make(chan *pendingClaim, o.QueueLimit),
+		slots:    make(chan struct{}, o.InFlight),
+		done:     make(chan struct{}),
+		finished: make(chan struct{}, 1),
+		gap:      time.Second, // until claims arrive: quiet
 	}
 	go b.loop()
 	return b
@@ -162,6 +182,7 @@ func (b *claimBatcher) loop() {
 		} else {
 			select {
 			case p := <-b.queue:
+				b.noteArrival(p)
 				batch.add(p)
 			case <-b.done:
 				b.failQueued()
@@ -170,14 +191,20 @@ func (b *claimBatcher) loop() {
 		}
 	waitForSlot:
 		for {
-			queue := b.queue
+			queue, slots := b.queue, b.slots
 			if carry != nil || batch.full() {
 				queue = nil // full: only a free slot moves us on
+			} else if len(b.slots) > 0 && b.worthWaiting() {
+				// A run is under way and enough claims will join this
+				// batch before it ends: wait for it (or for a full batch).
+				slots = nil
 			}
 			select {
-			case b.slots <- struct{}{}:
+			case slots <- struct{}{}:
 				break waitForSlot
+			case <-b.finished:
 			case p := <-queue:
+				b.noteArrival(p)
 				if batch.fits(p) {
 					batch.add(p)
 				} else {
@@ -197,6 +224,7 @@ func (b *claimBatcher) loop() {
 		for carry == nil && !batch.full() {
 			select {
 			case p := <-b.queue:
+				b.noteArrival(p)
 				if batch.fits(p) {
 					batch.add(p)
 				} else {
@@ -208,6 +236,31 @@ func (b *claimBatcher) loop() {
 		}
 		go b.flush(batch.claims)
 	}
+}
+
+// noteArrival updates the moving average of the time between claims.
+func (b *claimBatcher) noteArrival(p *pendingClaim) {
+	if !b.arrived.IsZero() {
+		gap := max(p.submitted.Sub(b.arrived), 0)
+		b.gap += (gap - b.gap) / 16
+	}
+	b.arrived = p.submitted
+}
+
+// noteTrip updates the moving average of a batch run's round trip.
+func (b *claimBatcher) noteTrip(d time.Duration) {
+	for {
+		old := b.trip.Load()
+		if b.trip.CompareAndSwap(old, old+(int64(d)-old)/8) {
+			return
+		}
+	}
+}
+
+// worthWaiting says whether, by the recent round trips and arrivals, at
+// least joinersWorthWaiting claims are expected during one run.
+func (b *claimBatcher) worthWaiting() bool {
+	return time.Duration(b.trip.Load()) >= joinersWorthWaiting*max(b.gap, time.Microsecond)
 }
 
 // batchBuilder keeps a batch within its claim count and within the size
@@ -268,7 +321,13 @@ func (b *claimBatcher) failQueued() {
 // flush decides one batch through an Update-With-Start of its run. Claims
 // whose request already gave up are left out, so they never reach a run.
 func (b *claimBatcher) flush(batch []*pendingClaim) {
-	defer func() { <-b.slots }()
+	defer func() {
+		<-b.slots
+		select {
+		case b.finished <- struct{}{}:
+		default: // the loop has one wake-up pending already
+		}
+	}()
 	batch = slices.DeleteFunc(batch, func(p *pendingClaim) bool {
 		return !p.state.CompareAndSwap(claimQueued, claimTaken)
 	})
@@ -291,12 +350,15 @@ func (b *claimBatcher) flush(batch []*pendingClaim) {
 	}
 	in := workflows.EnrollmentBatchInput{BatchID: id.String(), ConfirmBeforeAnswer: true}
 	var courses, students []string
+	seen := make(map[string]bool, 2*len(batch))
 	for _, p := range batch {
 		in.Claims = append(in.Claims, p.in)
-		if !slices.Contains(courses, p.in.CourseID) {
+		if c := "c/" + p.in.CourseID; !seen[c] {
+			seen[c] = true
 			courses = append(courses, p.in.CourseID)
 		}
-		if !slices.Contains(students, p.in.StudentID) {
+		if s := "s/" + p.in.StudentID; !seen[s] {
+			seen[s] = true
 			students = append(students, p.in.StudentID)
 		}
 	}
@@ -345,6 +407,7 @@ func (b *claimBatcher) flush(batch []*pendingClaim) {
 	b.metrics.batchStarted(call, submitted)
 	decisions, runID, err := decideClaim[[]workflows.Decision](ctx, b.temporal, start, workflowID, b.timeout, true)
 	if err == nil {
+		b.noteTrip(time.Since(call))
 		b.metrics.batchDecided(time.Since(call))
 	}
 	if errors.Is(err, errUndecided) {

@@ -178,3 +178,101 @@ func TestBatcherObservesWaitsCallsAndAnswers(t *testing.T) {
 		t.Errorf("batches held %v claims in all, want %d", sum, claims)
 	}
 }
+
+// gatedTemporal decides each batch run (course_not_found) only when the
+// test releases it, and records each run's claim count and how many runs
+// were under way at once.
+type gatedTemporal struct {
+	undecidedTemporal
+	release chan struct{}
+	entered chan int // receives each run's claim count as it starts
+
+	mu           sync.Mutex
+	running, max int
+	sizes        []int
+}
+
+func (f *gatedTemporal) UpdateWithStartWorkflow(ctx context.Context, o client.UpdateWithStartWorkflowOptions) (client.WorkflowUpdateHandle, error) {
+	op, ok := o.StartWorkflowOperation.(*fakeStart)
+	if !ok {
+		return nil, errors.New("test: no start operation")
+	}
+	f.mu.Lock()
+	f.running++
+	f.max = max(f.max, f.running)
+	f.sizes = append(f.sizes, len(op.claims))
+	f.mu.Unlock()
+	close(op.called)
+	f.entered <- len(op.claims)
+	select {
+	case <-f.release:
+	case <-ctx.Done():
+	}
+	f.mu.Lock()
+	f.running--
+	f.mu.Unlock()
+	return decidedBatch{claims: len(op.claims)}, ctx.Err()
+}
+
+// Beside a batch run under way, a second starts at once when few claims
+// are expected during a run (a quiet API answers without waiting on
+// another claim's run), and only for a full batch when many are (the
+// claims wait and go together, so a busy Temporal gets fewer runs).
+func TestBatcherStartsASecondRunOnlyWhenItPays(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// trip and gap prime the batcher's averages: round trip, and time
+		// between claims.
+		trip, gap time.Duration
+		maxBatch  int
+		// after the first claim's run started, these arrive.
+		more int
+		// wantRuns: the claim counts of the runs, in start order, and how
+		// many were under way at once.
+		wantSizes []int
+		wantMax   int
+	}{
+		{name: "no round trip known yet: a second run at once", trip: 0, gap: time.Millisecond, maxBatch: 10,
+			more: 1, wantSizes: []int{1, 1}, wantMax: 2},
+		{name: "quiet: fewer than joinersWorthWaiting claims per round trip", trip: 40 * time.Millisecond, gap: 50 * time.Millisecond,
+			maxBatch: 10, more: 1, wantSizes: []int{1, 1}, wantMax: 2},
+		{name: "busy: the claims wait for the run and go together", trip: 100 * time.Millisecond, gap: time.Millisecond,
+			maxBatch: 10, more: 3, wantSizes: []int{1, 3}, wantMax: 1},
+		{name: "busy, and a full batch: it goes beside the run", trip: 100 * time.Millisecond, gap: time.Millisecond,
+			maxBatch: 2, more: 2, wantSizes: []int{1, 2}, wantMax: 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := &gatedTemporal{release: make(chan struct{}), entered: make(chan int, 8)}
+			b := newClaimBatcher(f, slog.New(slog.DiscardHandler), nil, BatchOptions{MaxBatch: tc.maxBatch, InFlight: 2}, 5*time.Second)
+			defer b.close()
+			b.trip.Store(int64(tc.trip))
+			b.gap = tc.gap // set before the loop reads it: no claim arrived yet
+			var wg sync.WaitGroup
+			submit := func(i int) {
+				wg.Go(func() {
+					r, err := b.submit(context.Background(), workflows.EnrollmentInput{CourseID: "c", StudentID: fmt.Sprintf("s%d", i)})
+					if err != nil || r.decision.Refusal != workflows.RefusalCourseNotFound {
+						t.Errorf("claim %d: %+v, %v", i, r, err)
+					}
+				})
+			}
+			submit(0)
+			<-f.entered
+			for i := range tc.more {
+				submit(i + 1)
+			}
+			// Give the loop time to start a second run if it is going to.
+			select {
+			case <-f.entered:
+			case <-time.After(200 * time.Millisecond):
+			}
+			close(f.release)
+			wg.Wait()
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			if fmt.Sprint(f.sizes) != fmt.Sprint(tc.wantSizes) || f.max != tc.wantMax {
+				t.Errorf("runs of %v claims, %d at once; want %v, %d at once", f.sizes, f.max, tc.wantSizes, tc.wantMax)
+			}
+		})
+	}
+}
