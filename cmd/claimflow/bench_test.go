@@ -275,11 +275,11 @@ func TestBenchQuick(t *testing.T) {
 			// Each counted workflow ran on the server: its run is there,
 			// closed as completed (the update workflow ends once answered).
 			id := fmt.Sprintf("bench-floor-%s-%d", res.RunID, 99)
-			d, err := tc.DescribeWorkflowExecution(runCtx(t), id, "")
+			d, err := tc.DescribeWorkflow(runCtx(t), id, "")
 			if err != nil {
 				t.Fatalf("describe %s: %v", id, err)
 			}
-			if st := d.GetWorkflowExecutionInfo().GetStatus(); st != enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED {
+			if st := d.RawResponse.GetWorkflowExecutionInfo().GetStatus(); st != enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED {
 				t.Errorf("%s is %v, want completed", id, st)
 			}
 			// The update mode answered an update; the start mode had none.
