@@ -350,15 +350,15 @@ func (b *claimBatcher) flush(batch []*pendingClaim) {
 	}
 	in := workflows.EnrollmentBatchInput{BatchID: id.String(), ConfirmBeforeAnswer: true}
 	var courses, students []string
-	seen := make(map[string]bool, 2*len(batch))
+	seenCourse, seenStudent := map[string]bool{}, make(map[string]bool, len(batch))
 	for _, p := range batch {
 		in.Claims = append(in.Claims, p.in)
-		if c := "c/" + p.in.CourseID; !seen[c] {
-			seen[c] = true
+		if !seenCourse[p.in.CourseID] {
+			seenCourse[p.in.CourseID] = true
 			courses = append(courses, p.in.CourseID)
 		}
-		if s := "s/" + p.in.StudentID; !seen[s] {
-			seen[s] = true
+		if !seenStudent[p.in.StudentID] {
+			seenStudent[p.in.StudentID] = true
 			students = append(students, p.in.StudentID)
 		}
 	}
