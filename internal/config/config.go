@@ -21,6 +21,10 @@ import (
 // zero; they are the environment's defaults too, so a test that builds an
 // option struct by hand runs what production runs.
 const (
+	// TemporalCompressionGzip and TemporalCompressionNone are the values of
+	// TEMPORAL_GRPC_COMPRESSION.
+	TemporalCompressionGzip = "gzip"
+	TemporalCompressionNone = "none"
 	// DefaultClaimBatchMax bounds the claims one batch run decides.
 	DefaultClaimBatchMax = 500
 	// DefaultClaimBatchInFlight bounds the batch runs under way at once.
@@ -81,7 +85,7 @@ var variables = []variable{
 	{"TEMPORAL_NAMESPACE", "default", "Temporal namespace"},
 	{"TEMPORAL_UI_URL", "http://127.0.0.1:8233", "Temporal Web UI, linked from API answers"},
 	{"TEMPORAL_CLI", "", "temporal binary the dev stack runs (read by internal/devstack)"},
-	{"TEMPORAL_GRPC_COMPRESSION", "gzip", "gzip or none: compression of the services' calls to Temporal (claimflow dev, on loopback, uses none)"},
+	{"TEMPORAL_GRPC_COMPRESSION", TemporalCompressionGzip, "gzip or none: compression of the services' calls to Temporal (claimflow dev, on loopback, uses none)"},
 	{"KAFKA_BROKERS", "127.0.0.1:9092", "comma-separated Kafka bootstrap brokers"},
 	{"KAFKA_VERSION", "", "Kafka protocol version (empty: the client's default)"},
 	{"HTTP_ADDR", "127.0.0.1:8080", "API listen address"},
@@ -263,7 +267,7 @@ func load(lookup func(string) (string, bool)) (Config, error) {
 	if err := loadDatabase(e, &c); err != nil {
 		return c, err
 	}
-	if c.TemporalCompression != "gzip" && c.TemporalCompression != "none" {
+	if c.TemporalCompression != TemporalCompressionGzip && c.TemporalCompression != TemporalCompressionNone {
 		return c, fmt.Errorf("TEMPORAL_GRPC_COMPRESSION must be gzip or none, got %q", c.TemporalCompression)
 	}
 	if c.LogFormat != "json" && c.LogFormat != "text" {

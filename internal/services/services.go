@@ -43,7 +43,7 @@ func OpenDB(ctx context.Context, cfg config.Config, maxConns int32) (*pgxpool.Po
 // receives the SDK's metrics.
 func DialTemporal(ctx context.Context, cfg config.Config, log *slog.Logger, tel *Telemetry) (client.Client, error) {
 	var compression client.GrpcCompression // nil: gzip, the SDK's default
-	if cfg.TemporalCompression == "none" {
+	if cfg.TemporalCompression == config.TemporalCompressionNone {
 		// Compressing loopback calls costs CPU on both ends and saves nothing.
 		compression = &client.GrpcCompressionNone{}
 	}

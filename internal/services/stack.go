@@ -166,7 +166,7 @@ func StartStack(ctx context.Context, base config.Config, log *slog.Logger, o Sta
 	s.Config.TemporalUIURL = s.Temporal.UIURL
 	s.Config.ClaimBatchAttrBytes = ClaimBatchAttrBytes
 	// The dev server is on loopback: compressing its calls only costs CPU.
-	s.Config.TemporalCompression = "none"
+	s.Config.TemporalCompression = config.TemporalCompressionNone
 
 	if len(o.KafkaBrokers) > 0 {
 		s.Config.KafkaBrokers = o.KafkaBrokers
