@@ -2,7 +2,6 @@ package api
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -92,20 +91,6 @@ type JWTOptions struct {
 // JWTOptions.RoleClaim names another claim.
 const defaultRoleClaim = "role"
 
-// tokenClaims are the claims claimflow reads: the registered ones (exp is
-// required) and, in all, the others, among which the role claim.
-type tokenClaims struct {
-	jwt.RegisteredClaims
-	all map[string]any
-}
-
-func (c *tokenClaims) UnmarshalJSON(b []byte) error {
-	if err := json.Unmarshal(b, &c.RegisteredClaims); err != nil {
-		return err
-	}
-	return json.Unmarshal(b, &c.all)
-}
-
 // MinHS256SecretBytes is the shortest HS256 secret NewHS256 accepts
 // (RFC 7518 §3.2: at least the hash's size).
 const MinHS256SecretBytes = 32
@@ -146,20 +131,26 @@ func newVerifier(method string, o JWTOptions, keyfunc func(ctx context.Context) 
 }
 
 func (v *verifier) Authenticate(ctx context.Context, raw string) (Principal, error) {
-	var claims tokenClaims
-	if _, err := v.parser.ParseWithClaims(raw, &claims, v.keyfunc(ctx)); err != nil {
+	// One JSON decode of the claims: MapClaims serves the parser's checks
+	// (exp, iat, nbf, iss, aud) and the role claim alike.
+	claims := jwt.MapClaims{}
+	if _, err := v.parser.ParseWithClaims(raw, claims, v.keyfunc(ctx)); err != nil {
 		return Principal{}, err
 	}
-	if strings.TrimSpace(claims.Subject) == "" {
+	sub, err := claims.GetSubject()
+	if err != nil {
+		return Principal{}, fmt.Errorf("%w: sub must be a string", jwt.ErrTokenMalformed)
+	}
+	if strings.TrimSpace(sub) == "" {
 		return Principal{}, fmt.Errorf("%w: sub", jwt.ErrTokenRequiredClaimMissing)
 	}
 	var role string
-	if raw, ok := claims.all[v.roleClaim]; ok {
+	if raw, ok := claims[v.roleClaim]; ok {
 		if role, ok = raw.(string); !ok {
 			return Principal{}, fmt.Errorf("%w: %s must be a string", jwt.ErrTokenMalformed, v.roleClaim)
 		}
 	}
-	return Principal{Subject: claims.Subject, Role: role}, nil
+	return Principal{Subject: sub, Role: role}, nil
 }
 
 // NewHS256 verifies HS256 tokens signed with secret (the local stack).
@@ -241,7 +232,7 @@ func tokenProblem(err error) string {
 		return "token lacks a required claim (sub and exp are required)"
 	case errors.Is(err, errUnknownKey):
 		return "token is signed by an unknown key"
-	case errors.Is(err, jwt.ErrTokenMalformed):
+	case errors.Is(err, jwt.ErrTokenMalformed), errors.Is(err, jwt.ErrInvalidType):
 		return "token is malformed"
 	case errors.Is(err, jwt.ErrTokenUnverifiable):
 		return "token cannot be verified (signing method or key not accepted)"

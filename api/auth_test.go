@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"crypto/rand"
 	"crypto/rsa"
 	"encoding/base64"
@@ -112,6 +113,9 @@ func TestTokenChecks(t *testing.T) {
 		{"blank sub", "Bearer " + signHS256(t, testSecret, with("sub", " ")), "token lacks a required claim"},
 		{"wrong issuer", "Bearer " + signHS256(t, testSecret, with("iss", "https://evil.test")), "token issuer is not accepted"},
 		{"wrong audience", "Bearer " + signHS256(t, testSecret, with("aud", "someone-else")), "token audience is not accepted"},
+		{"sub not a string", "Bearer " + signHS256(t, testSecret, with("sub", 42)), "token is malformed"},
+		{"exp not a number", "Bearer " + signHS256(t, testSecret, with("exp", "tomorrow")), "token is malformed"},
+		{"audience list without us", "Bearer " + signHS256(t, testSecret, with("aud", []string{"a", "b"})), "token audience is not accepted"},
 		{"role not a string", "Bearer " + signHS256(t, testSecret, with("role", []string{"admin"})), "token is malformed"},
 		{"wrong secret", "Bearer " + signHS256(t, "wrong-secret-wrong-secret-wrong-secret", good), "token signature is invalid"},
 		{"alg none", "Bearer " + noneToken, "token signature is invalid"},
@@ -142,13 +146,17 @@ func TestTokenChecks(t *testing.T) {
 		rec := a.call(http.MethodPost, "/v1/courses/c1/enrollments", signHS256(t, testSecret, good), map[string]any{"student_id": "anyone"})
 		reachedTemporal(t, rec)
 	})
+	t.Run("audience list with us", func(t *testing.T) {
+		rec := a.call(http.MethodPost, "/v1/courses/c1/enrollments", signHS256(t, testSecret, with("aud", []string{"other", "claimflow"})), map[string]any{"student_id": "anyone"})
+		reachedTemporal(t, rec)
+	})
 	t.Run("lowercase scheme", func(t *testing.T) {
 		rec := a.serve(request{method: http.MethodPost, path: "/v1/courses/c1/enrollments", contentType: "application/json",
 			body: []byte(`{"student_id":"s-1"}`), authorization: "bearer " + signHS256(t, testSecret, good)})
 		reachedTemporal(t, rec)
 	})
-	if a.temporal.Calls() != 2 {
-		t.Fatalf("Temporal saw %d calls, want only the 2 valid ones", a.temporal.Calls())
+	if a.temporal.Calls() != 3 {
+		t.Fatalf("Temporal saw %d calls, want only the 3 valid ones", a.temporal.Calls())
 	}
 }
 
@@ -537,6 +545,27 @@ func TestTokenProblemsAreHeaderSafe(t *testing.T) {
 	for _, err := range []error{jwt.ErrTokenExpired, jwt.ErrTokenMalformed, errUnknownKey, errors.New("x")} {
 		if msg := tokenProblem(err); strings.ContainsAny(msg, "\"\\\r\n") {
 			t.Errorf("%q is not safe in a quoted header parameter", msg)
+		}
+	}
+}
+
+// BenchmarkAuthenticate is one HS256 token's verification, the work every
+// /v1 request does before its handler.
+func BenchmarkAuthenticate(b *testing.B) {
+	hs, err := NewHS256([]byte(testSecret), JWTOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	now := time.Now()
+	tok, err := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{"sub": "admin-1", "role": "admin",
+		"iat": now.Unix(), "exp": now.Add(time.Hour).Unix()}).SignedString([]byte(testSecret))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if p, err := hs.Authenticate(context.Background(), tok); err != nil || p.Role != RoleAdmin {
+			b.Fatal(p, err)
 		}
 	}
 }
