@@ -28,6 +28,7 @@ import (
 	"syscall"
 
 	appconfig "github.com/claimflow/claimflow/internal/config"
+	"github.com/claimflow/claimflow/internal/memtrim"
 	"github.com/claimflow/claimflow/internal/services"
 )
 
@@ -79,6 +80,12 @@ func main() {
 	log := slog.New(handler)
 	slog.SetDefault(log)
 
+	switch cmd {
+	case "dev", "api", "worker", "consumer":
+		// Long-running services return a burst's freed heap once quiet
+		// (docs/operations.md#memory).
+		go memtrim.Run(ctx, memtrim.Options{Log: log})
+	}
 	err = run(ctx, cfg, log, cmd, args, os.Stdout, os.Stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return // -h printed the command's flags, as asked
