@@ -106,12 +106,16 @@ func newNotification(ev workflows.ConsumedEvent) (notification, error) {
 	if err := json.Unmarshal([]byte(ev.Value), &env); err != nil {
 		return notification{}, fmt.Errorf("decode event %s: %w", ev.EventID, err)
 	}
-	var data map[string]any
+	// Enrollment events name a student, coupon events a user. Only these
+	// two fields are decoded: the rest of data stays in the payload.
+	var data struct {
+		StudentID any `json:"student_id"`
+		UserID    any `json:"user_id"`
+	}
 	_ = json.Unmarshal(env.Data, &data) // data is optional; a notification may name nobody
 	n := notification{ev: ev, occurredAt: env.OccurredAt, payload: json.RawMessage(ev.Value), attempts: 1}
-	// Enrollment events name a student, coupon events a user.
-	for _, field := range []string{"student_id", "user_id"} {
-		if s, ok := data[field].(string); ok && s != "" {
+	for _, v := range []any{data.StudentID, data.UserID} {
+		if s, ok := v.(string); ok && s != "" {
 			n.recipient = s
 			break
 		}
