@@ -66,6 +66,7 @@ type driver struct {
 	onDrop func(scheduled time.Duration)
 
 	inFlight atomic.Int64
+	vus      atomic.Int64 // VU goroutines started (each lives for the run)
 	started  atomic.Int64
 	dropped  atomic.Int64
 	late     atomic.Int64
@@ -74,11 +75,28 @@ type driver struct {
 // InFlight is the number of busy VUs now.
 func (d *driver) InFlight() int { return int(d.inFlight.Load()) }
 
+// arrival is one scheduled iteration.
+type arrival struct {
+	n  int
+	at time.Duration
+}
+
+// vu runs its first arrival, then every arrival handed to it, until work
+// closes. Each iteration holds a slot, freed when it ends.
+func (d *driver) vu(ctx context.Context, a arrival, work <-chan arrival, slots <-chan struct{}) {
+	for ok := true; ok; a, ok = <-work {
+		d.iteration(ctx, a.n, a.at)
+		d.inFlight.Add(-1)
+		<-slots
+	}
+}
+
 // run schedules every arrival, then waits for the started iterations. A
 // cancelled ctx stops scheduling; iterations see ctx and should end early.
 func (d *driver) run(ctx context.Context) DriveStats {
 	arrivals := NewArrivals(d.sc)
 	slots := make(chan struct{}, d.sc.MaxVUs)
+	work := make(chan arrival)
 	var wg sync.WaitGroup
 	var maxInFlight atomic.Int64
 	stats := DriveStats{}
@@ -113,16 +131,23 @@ func (d *driver) run(ctx context.Context) DriveStats {
 				break
 			}
 		}
-		wg.Add(1)
-		go func(n int, at time.Duration) {
-			defer wg.Done()
-			defer func() {
-				d.inFlight.Add(-1)
-				<-slots
-			}()
-			d.iteration(ctx, n, at)
-		}(n, at)
+		// An idle VU takes the arrival; without one, a new VU starts. VUs
+		// live for the whole run, so a goroutine's stack, grown by its
+		// first HTTP round trip, serves every later iteration too.
+		select {
+		case work <- arrival{n, at}:
+		default:
+			if int(d.vus.Load()) < d.sc.MaxVUs {
+				d.vus.Add(1)
+				wg.Go(func() { d.vu(ctx, arrival{n, at}, work, slots) })
+			} else {
+				// Every VU exists and one freed its slot: it is on its
+				// way back for work.
+				work <- arrival{n, at}
+			}
+		}
 	}
+	close(work)
 	wg.Wait()
 	stats.Started = int(d.started.Load())
 	stats.Dropped = int(d.dropped.Load())

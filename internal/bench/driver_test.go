@@ -138,3 +138,37 @@ func TestPickSpreadsCoursesAndCyclesStudents(t *testing.T) {
 		}
 	}
 }
+
+func TestDriverReusesVUs(t *testing.T) {
+	sc := Scenario{StartRate: 100, Stages: []Stage{{Duration: 2 * time.Second, Target: 100}}, MaxVUs: 3}
+	var mu sync.Mutex
+	ran := 0
+	// Arrivals come a little apart in real time, so iterations end between
+	// them and their VUs are free again.
+	d := &driver{sc: sc, clock: &pacedClock{gap: 200 * time.Microsecond}, iteration: func(context.Context, int, time.Duration) {
+		mu.Lock()
+		ran++
+		mu.Unlock()
+	}}
+	st := d.run(context.Background())
+	if st.Scheduled != 200 || st.Started+st.Dropped != 200 || ran != st.Started {
+		t.Fatalf("stats = %+v, %d ran", st, ran)
+	}
+	if st.Started <= sc.MaxVUs {
+		t.Fatalf("only %d iterations started: the test needs more than the %d VUs", st.Started, sc.MaxVUs)
+	}
+	if got := d.vus.Load(); got < 1 || got > int64(sc.MaxVUs) {
+		t.Fatalf("%d VU goroutines for %d iterations, want 1 to %d reused", got, st.Started, sc.MaxVUs)
+	}
+}
+
+// pacedClock is a fakeClock that sleeps gap of real time on every wait.
+type pacedClock struct {
+	fakeClock
+	gap time.Duration
+}
+
+func (c *pacedClock) SleepUntil(ctx context.Context, t time.Duration) {
+	time.Sleep(c.gap)
+	c.fakeClock.SleepUntil(ctx, t)
+}
