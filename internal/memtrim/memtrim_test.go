@@ -41,66 +41,74 @@ func TestTrimmerDecides(t *testing.T) {
 
 var sink [][]byte
 
-// TestTrimsAfterABurstNotDuringIt runs the trimmer on this test process's
-// own runtime: while a goroutine allocates it must not trim; once the
-// burst's garbage is collected and the process is quiet it must, once.
-func TestTrimsAfterABurstNotDuringIt(t *testing.T) {
+// TestDecidesOnThisRuntime feeds the trimmer samples of this test
+// process's own runtime, with the elapsed time given so a stalled
+// goroutine cannot change the answer: with free heap to return it must
+// not trim while the process allocates, must trim once it is quiet, and
+// must not trim again once the free heap is returned.
+func TestDecidesOnThisRuntime(t *testing.T) {
+	const period = time.Second
+	tr := newTrimmer(Options{QuietBytesPerSecond: 4 << 20, MinFree: 16 << 20})
+	// A live heap, as a running service has, keeps the runtime's heap goal
+	// (and what its own scavenger keeps) above the free heap made below.
+	live := garbage(64)
+	tr.next(read(), 0)
+
+	// Busy: a large heap freed, then 96 MiB more allocated in the period.
+	sink = garbage(48)
+	sink = nil
+	runtime.GC()
+	for range 12 {
+		sink = garbage(8)
+	}
+	sink = nil
+	runtime.GC()
+	before, s := tr.last, read()
+	if s.free < 16<<20 {
+		t.Fatalf("the test made only %d MiB of free heap", s.free>>20)
+	}
+	if tr.next(s, period) {
+		t.Fatalf("trims while allocating %d MiB/s", (s.allocated-before.allocated)>>20)
+	}
+
+	// Quiet: nothing allocated since; the free heap is still there.
+	if !tr.next(read(), period) {
+		t.Fatal("does not trim a quiet process holding free heap")
+	}
+	debug.FreeOSMemory()
+	if s := read(); tr.next(s, period) {
+		t.Fatalf("trims again after the free heap was returned (%d MiB free)", s.free>>20)
+	}
+	runtime.KeepAlive(live)
+}
+
+// TestRunTrimsOnceWhenQuiet runs the loop itself on this runtime: free heap
+// and no allocation, so it trims, once.
+func TestRunTrimsOnceWhenQuiet(t *testing.T) {
+	live := garbage(64)
+	sink = garbage(48)
+	sink = nil
+	runtime.GC()
 	var trims atomic.Int64
-	var busy atomic.Bool
-	var trimmedWhileBusy atomic.Bool
-	tr := newTrimmer(Options{Every: 50 * time.Millisecond, QuietBytesPerSecond: 4 << 20, MinFree: 16 << 20})
+	tr := newTrimmer(Options{Every: 20 * time.Millisecond, QuietBytesPerSecond: 4 << 20, MinFree: 16 << 20})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		run(ctx, tr, func() {
-			if busy.Load() {
-				trimmedWhileBusy.Store(true)
-			}
 			trims.Add(1)
 			debug.FreeOSMemory() // the real trim: a second one would mean it freed nothing
 		})
 	}()
-
-	// A live heap of 64 MiB, as a running service has, so the runtime's
-	// heap goal (and what its own scavenger keeps) is well above the free
-	// heap the test makes.
-	live := garbage(64)
-	// The burst: a large heap freed at once, so there is free heap to
-	// return all through it, then 100 MiB/s and more of short-lived
-	// garbage for 600 ms.
-	busy.Store(true)
-	sink = garbage(48)
-	sink = nil
-	runtime.GC()
-	for end := time.Now().Add(600 * time.Millisecond); time.Now().Before(end); {
-		for range 4 {
-			sink = append(sink, make([]byte, 128<<10))
-		}
-		if len(sink) > 64 {
-			sink = nil
-		}
-		time.Sleep(2 * time.Millisecond)
+	for deadline := time.Now().Add(10 * time.Second); trims.Load() == 0 && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
 	}
-	// The burst ends leaving its heap free but mapped.
-	sink = garbage(48)
-	busy.Store(false)
-	sink = nil
-	runtime.GC()
-
-	deadline := time.Now().Add(5 * time.Second)
-	for trims.Load() == 0 && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-	}
-	time.Sleep(300 * time.Millisecond) // a quiet process trims once, not every period
+	time.Sleep(200 * time.Millisecond)
 	cancel()
 	<-done
 	runtime.KeepAlive(live)
-	if trimmedWhileBusy.Load() {
-		t.Fatal("trimmed while the process was allocating")
-	}
 	if n := trims.Load(); n != 1 {
-		t.Fatalf("trims = %d, want 1 after the burst", n)
+		t.Fatalf("trims = %d, want 1", n)
 	}
 }
 
