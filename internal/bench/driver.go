@@ -66,7 +66,7 @@ type driver struct {
 	onDrop func(scheduled time.Duration)
 
 	inFlight atomic.Int64
-	vus      atomic.Int64 // VU goroutines started (each lives for the run)
+	vus      int // VU goroutines run started (each lives for the run); only run touches it
 	started  atomic.Int64
 	dropped  atomic.Int64
 	late     atomic.Int64
@@ -137,8 +137,8 @@ func (d *driver) run(ctx context.Context) DriveStats {
 		select {
 		case work <- arrival{n, at}:
 		default:
-			if int(d.vus.Load()) < d.sc.MaxVUs {
-				d.vus.Add(1)
+			if d.vus < d.sc.MaxVUs {
+				d.vus++
 				wg.Go(func() { d.vu(ctx, arrival{n, at}, work, slots) })
 			} else {
 				// Every VU exists and one freed its slot: it is on its

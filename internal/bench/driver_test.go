@@ -157,7 +157,7 @@ func TestDriverReusesVUs(t *testing.T) {
 	if st.Started <= sc.MaxVUs {
 		t.Fatalf("only %d iterations started: the test needs more than the %d VUs", st.Started, sc.MaxVUs)
 	}
-	if got := d.vus.Load(); got < 1 || got > int64(sc.MaxVUs) {
+	if got := d.vus; got < 1 || got > sc.MaxVUs {
 		t.Fatalf("%d VU goroutines for %d iterations, want 1 to %d reused", got, st.Started, sc.MaxVUs)
 	}
 }
