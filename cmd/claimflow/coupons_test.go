@@ -287,6 +287,7 @@ func TestCoupons(t *testing.T) {
 			}
 		}
 		if used != 1 || already != 49 {
+			logUseRuns(t, s, couponID)
 			t.Fatalf("used=%d already_used=%d, want 1 and 49", used, already)
 		}
 		paid++
