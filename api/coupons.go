@@ -317,7 +317,8 @@ func (s *server) useCoupon(c *gin.Context) {
 			workflows.SearchVendorID.ValueSet(current.VendorID),
 			workflows.SearchClaimStatus.ValueSet(string(workflows.CouponPending)),
 		),
-	}, workflows.UseCoupon, workflows.UseCouponInput{CouponID: couponID, Request: ureq, PayoutTimeout: s.PayoutTimeout})
+	}, workflows.UseCoupon, workflows.UseCouponInput{CouponID: couponID, Request: ureq,
+		PayoutTimeout: s.PayoutTimeout, AnswerWait: s.decisionWait(workflows.ClaimUseCoupon)})
 
 	// A use decides only after its payout policy has run its course, so it
 	// waits as long as the workflow's own options allow (decisionWait). The

@@ -555,6 +555,50 @@ func TestUseCouponRequestsAfterTheUse(t *testing.T) {
 	assert.Len(t, f.publishedOf(workflows.EventCouponUsed), 1)
 }
 
+// The update of the request that started the run can reach it after the run
+// did its work (under load, through the client's retry). The run waits for
+// it, up to the starter's own wait, and answers it with its use; a run that
+// closed first would leave it to another run, where the request's own use
+// answers it already_used.
+func TestUseCouponStarterUpdateArrivingLate(t *testing.T) {
+	const answerWait = time.Minute
+	tests := []struct {
+		name      string
+		starterAt time.Duration // when the starter's update arrives; < 0: never
+		otherAt   time.Duration // another request of the owner, meanwhile
+		wantEnd   time.Duration // the run closes this long after it started
+	}{
+		{"with the start", 0, 0, 0},
+		{"after the use", 20 * time.Second, 10 * time.Second, 20 * time.Second},
+		{"never", -1, 10 * time.Second, answerWait},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := issuedCoupon()
+			env, _ := newCouponEnv(t, f)
+			var starter *couponDecisionCall
+			if tt.starterAt >= 0 {
+				starter = sendCouponDecision(env, "u-0", tt.starterAt, useReq("use-0", cpUserID))
+			}
+			other := sendCouponDecision(env, "u-1", tt.otherAt, useReq("use-1", cpUserID))
+			in := useInput("use-0", cpUserID)
+			in.AnswerWait = answerWait
+
+			env.ExecuteWorkflow(workflows.UseCoupon, in)
+
+			require.True(t, env.IsWorkflowCompleted())
+			require.NoError(t, env.GetWorkflowError())
+			if starter != nil {
+				assert.Equal(t, usedDecision("use-0", "po_1", 1, 0), starter.result(t))
+			}
+			assert.Equal(t, workflows.RefusalAlreadyUsed, other.result(t).Refusal)
+			assert.Equal(t, tt.wantEnd, env.Now().Sub(testStart).Round(time.Second), "when the run closed")
+			assert.Len(t, f.marks, 1, "one use attempt")
+			assert.Len(t, f.paidKeys(), 1)
+		})
+	}
+}
+
 func TestUseCouponUsedEventDeadLetterRetry(t *testing.T) {
 	f := issuedCoupon()
 	f.failPublish[workflows.EventCouponUsed] = -1

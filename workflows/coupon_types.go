@@ -98,6 +98,11 @@ type UseCouponInput struct {
 	// the API's wait for the decision (DecisionDeadline), from the same
 	// value. Zero (runs started before it existed): MaxPayoutTimeout.
 	PayoutTimeout time.Duration `json:",omitempty"`
+	// AnswerWait is how long the request that started the run waits for its
+	// answer (the API's decision wait). Should that request's update reach
+	// the run late, the run stays open for it this long (UseCoupon). Zero
+	// (runs started before it existed): DecisionDeadline of the use.
+	AnswerWait time.Duration `json:",omitempty"`
 }
 
 // Payout is a recorded payment of a vendor for one use of a coupon.

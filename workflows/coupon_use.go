@@ -69,7 +69,13 @@ type use struct {
 	next     int
 	// usedBy is the attempt that used the coupon, once one did.
 	usedBy *useAttempt
-	saga   saga
+	// starterSeen: the update of the request that started the run (the
+	// run's input) has reached the run.
+	starterSeen bool
+	// starterDeadline is when the run stops waiting for that update; zero
+	// until the run first falls idle without it (awaitStarter).
+	starterDeadline time.Time
+	saga            saga
 }
 
 // UseCoupon uses a coupon: mark it used (the owner's, still issued) → pay
@@ -117,7 +123,14 @@ func UseCoupon(ctx workflow.Context, in UseCouponInput) (CouponState, error) {
 			break
 		}
 		if u.next == len(u.attempts) {
-			break
+			if u.starterSeen {
+				break
+			}
+			over, werr := u.awaitStarter(ctx)
+			if err = werr; err != nil || over {
+				break
+			}
+			continue
 		}
 		a := u.attempts[u.next]
 		u.next++
@@ -149,6 +162,9 @@ func (u *use) registerHandlers(ctx workflow.Context) error {
 		return err
 	}
 	return workflow.SetUpdateHandler(ctx, UpdateDecision, func(ctx workflow.Context, req UseRequest) (CouponDecision, error) {
+		if req.UseID == u.in.Request.UseID {
+			u.starterSeen = true
+		}
 		a := u.attach(req)
 		if a == nil {
 			return u.afterUse(req), nil
@@ -164,6 +180,44 @@ func (u *use) registerHandlers(ctx workflow.Context) error {
 		}
 		return d, nil
 	})
+}
+
+// starterChangeID versions the wait for the starter's update: runs
+// recorded before it close without waiting.
+const starterChangeID = "await-starter-update"
+
+// awaitStarter keeps an idle run open, up to the starter's own wait
+// (AnswerWait from the first time it is idle), until the update of the
+// request that started it arrives; over is true once the wait is over.
+// That update is taken in with the start but, under load, can reach the run
+// only after the run has done its work (through the client's retry); a run
+// that had closed by then would leave it to another run, where the request,
+// whose use this run decided, is decided again (a used coupon's own use
+// answered already_used). Requests that arrive during the wait are served
+// as usual.
+func (u *use) awaitStarter(ctx workflow.Context) (over bool, err error) {
+	if u.starterDeadline.IsZero() {
+		if workflow.GetVersion(ctx, starterChangeID, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+			return true, nil
+		}
+		wait := u.in.AnswerWait
+		if wait <= 0 {
+			wait, _ = DecisionDeadline(ClaimUseCoupon, u.in.PayoutTimeout) // a known kind: no error
+		}
+		u.starterDeadline = workflow.Now(ctx).Add(wait)
+	}
+	remaining := u.starterDeadline.Sub(workflow.Now(ctx))
+	if remaining <= 0 {
+		return true, nil
+	}
+	arrived, err := workflow.AwaitWithTimeout(ctx, remaining, func() bool {
+		return u.starterSeen || u.next < len(u.attempts)
+	})
+	if temporal.IsCanceledError(err) {
+		// Every attempt is over: a cancel only ends the wait.
+		return true, nil
+	}
+	return !arrived, err
 }
 
 // attach finds the attempt that answers req, queueing a new one if needed;

@@ -100,6 +100,8 @@ var fixtures = []fixture{
 		earlier: "the API now answers a use of another user's coupon with 404 from the database before any run starts"},
 	{file: "coupon_use_dead_letter_retried.json", workflow: "UseCoupon",
 		path: "paid, coupon.used dead-lettered, operator retry, published"},
+	{file: "coupon_use_starter_late.json", workflow: "UseCoupon",
+		path: "used before the starter's update arrived: the run waited for it (await-starter-update) and answered it used"},
 	{file: "coupon_use_already_used.json", workflow: "UseCoupon",
 		path:    "refused already_used by the run",
 		earlier: "the API now answers uses of a used coupon from the database"},

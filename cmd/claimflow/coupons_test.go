@@ -14,7 +14,9 @@ import (
 	"testing"
 	"time"
 
+	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/client"
 
 	"github.com/claimflow/claimflow/internal/payoutsim"
 	"github.com/claimflow/claimflow/workflows"
@@ -62,6 +64,53 @@ func eventOf(t *testing.T, s *stack, eventType, couponID string) workflows.Event
 		t.Fatalf("%d %s events for coupon %s, want 1: %v", len(found), eventType, couponID, found)
 	}
 	return found[0]
+}
+
+// useWithLateStarter starts a coupon's use run without the starter's
+// update, waits until the run has done its work, then sends that update (as
+// the client's retry does under load), and returns the run and the answer.
+func useWithLateStarter(t *testing.T, s *stack, c *apiClient, couponID, user string) (client.WorkflowRun, workflows.CouponDecision) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	req := workflows.UseRequest{UseID: "late-" + couponID, UserID: user, RequestedAt: time.Now().UTC()}
+	workflowID := workflows.UseCouponWorkflowID(couponID)
+	run, err := s.Client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: workflowID, TaskQueue: workflows.TaskQueue},
+		workflows.UseCoupon, workflows.UseCouponInput{CouponID: couponID, Request: req, AnswerWait: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Until the run has done all its work: it then waits for the starter
+	// (a timer) or, were it not to wait, closes.
+	waitFor(t, 30*time.Second, "the run done with its use", func() bool {
+		it := s.Client.GetWorkflowHistory(ctx, workflowID, run.GetRunID(), false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+		for it.HasNext() {
+			ev, err := it.Next()
+			if err != nil {
+				return false
+			}
+			if ev.GetTimerStartedEventAttributes() != nil || ev.GetWorkflowExecutionCompletedEventAttributes() != nil {
+				return true
+			}
+		}
+		return false
+	})
+	if got := c.must("GET", "/v1/coupons/"+couponID, nil, http.StatusOK); got["status"] != "used" {
+		t.Fatalf("the coupon after the run's use: %v", got)
+	}
+	h, err := s.Client.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{WorkflowID: workflowID,
+		UpdateName: workflows.UpdateDecision, Args: []any{req}, WaitForStage: client.WorkflowUpdateStageCompleted})
+	if err != nil {
+		t.Fatalf("the starter's update after the use: %v", err)
+	}
+	var d workflows.CouponDecision
+	if err := h.Get(ctx, &d); err != nil {
+		t.Fatal(err)
+	}
+	if d.UseID != req.UseID {
+		t.Fatalf("the starter's late update answered %+v, want the decision of use %s", d, req.UseID)
+	}
+	return run, d
 }
 
 // setPayoutMode switches the payout simulator through its admin endpoint.
@@ -318,6 +367,28 @@ func TestCoupons(t *testing.T) {
 		other := c.must("POST", "/v1/coupons/"+couponID+"/use", map[string]any{"user_id": "u-other"}, http.StatusNotFound)
 		if errorCode(other) != "coupon_not_found" {
 			t.Fatalf("another user's use: %v", other)
+		}
+	})
+
+	// Under load the starter's update can reach the run only after the run
+	// used the coupon (through the client's retry). The run waits for it
+	// (AnswerWait) and answers it with its use; a run that closed first
+	// would leave it to another run that answers its own use already_used.
+	t.Run("the starter's update reaching the run after the use is answered used", func(t *testing.T) {
+		couponID := issue(useTypeID, "u-late")
+		run, d := useWithLateStarter(t, s, c, couponID, "u-late")
+		paid++
+		if d.Status != workflows.CouponUsed || d.Payout == nil {
+			t.Fatalf("the starter's late update answered %+v, want used with its payout", d)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		var state workflows.CouponState
+		if err := run.Get(ctx, &state); err != nil || state.Status != workflows.CouponUsed || state.Attempts != 1 {
+			t.Fatalf("the run ended %+v (%v), want used after one attempt", state, err)
+		}
+		if n := ledgerRows(t, s, couponID); n != 1 {
+			t.Fatalf("%d ledger rows, want 1", n)
 		}
 	})
 

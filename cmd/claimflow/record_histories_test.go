@@ -311,6 +311,14 @@ func TestRecordHistories(t *testing.T) {
 	c.must("POST", fmt.Sprintf("/v1/dead-letters/%v/retry", dl["id"]), nil, http.StatusAccepted)
 	rec.record("coupon_use_dead_letter_retried", dl["workflow_id"].(string), dl["run_id"].(string))
 
+	// The starter's update reaching the run only after its use: the run
+	// waited for it and answered it used.
+	late := issue("starter-late")
+	if _, d := useWithLateStarter(t, s, c, late, "starter-late"); d.Status != workflows.CouponUsed {
+		t.Fatalf("the late starter's update answered %+v", d)
+	}
+	rec.record("coupon_use_starter_late", workflows.UseCouponWorkflowID(late), "")
+
 	// DeliverEvent, on a topic of its own read by a consumer of its own so
 	// that the stack's consumer does not interfere: one event the webhook
 	// refuses twice (delivered by the run within its policy), two it refuses
