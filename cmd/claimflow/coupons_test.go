@@ -76,7 +76,7 @@ func useWithLateStarter(t *testing.T, s *stack, c *apiClient, couponID, user str
 	req := workflows.UseRequest{UseID: "late-" + couponID, UserID: user, RequestedAt: time.Now().UTC()}
 	workflowID := workflows.UseCouponWorkflowID(couponID)
 	run, err := s.Client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: workflowID, TaskQueue: workflows.TaskQueue},
-		workflows.UseCoupon, workflows.UseCouponInput{CouponID: couponID, Request: req, AnswerWait: 30 * time.Second})
+		workflows.UseCoupon, workflows.UseCouponInput{CouponID: couponID, Request: req, AnswerWait: 2 * time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
