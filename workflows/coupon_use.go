@@ -126,8 +126,7 @@ func UseCoupon(ctx workflow.Context, in UseCouponInput) (CouponState, error) {
 			if u.starterSeen {
 				break
 			}
-			over, werr := u.awaitStarter(ctx)
-			if err = werr; err != nil || over {
+			if u.awaitStarter(ctx) {
 				break
 			}
 			continue
@@ -188,17 +187,18 @@ const starterChangeID = "await-starter-update"
 
 // awaitStarter keeps an idle run open, up to the starter's own wait
 // (AnswerWait from the first time it is idle), until the update of the
-// request that started it arrives; over is true once the wait is over.
+// request that started it arrives; it returns true once the wait is over
+// (timed out, or the run was cancelled: every attempt is done by then).
 // That update is taken in with the start but, under load, can reach the run
 // only after the run has done its work (through the client's retry); a run
 // that had closed by then would leave it to another run, where the request,
 // whose use this run decided, is decided again (a used coupon's own use
 // answered already_used). Requests that arrive during the wait are served
 // as usual.
-func (u *use) awaitStarter(ctx workflow.Context) (over bool, err error) {
+func (u *use) awaitStarter(ctx workflow.Context) (over bool) {
 	if u.starterDeadline.IsZero() {
 		if workflow.GetVersion(ctx, starterChangeID, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
-			return true, nil
+			return true
 		}
 		wait := u.in.AnswerWait
 		if wait <= 0 {
@@ -208,16 +208,13 @@ func (u *use) awaitStarter(ctx workflow.Context) (over bool, err error) {
 	}
 	remaining := u.starterDeadline.Sub(workflow.Now(ctx))
 	if remaining <= 0 {
-		return true, nil
+		return true
 	}
+	// AwaitWithTimeout fails only when ctx is cancelled, which ends the wait.
 	arrived, err := workflow.AwaitWithTimeout(ctx, remaining, func() bool {
 		return u.starterSeen || u.next < len(u.attempts)
 	})
-	if temporal.IsCanceledError(err) {
-		// Every attempt is over: a cancel only ends the wait.
-		return true, nil
-	}
-	return !arrived, err
+	return err != nil || !arrived
 }
 
 // attach finds the attempt that answers req, queueing a new one if needed;

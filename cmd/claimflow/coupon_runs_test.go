@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/converter"
 
@@ -33,14 +32,13 @@ func logUseRuns(t *testing.T, s *stack, couponID string) {
 	dc := converter.GetDefaultDataConverter()
 	for _, e := range resp.GetExecutions() {
 		runID := e.GetExecution().GetRunId()
+		h, err := fetchHistory(ctx, s.Client, runRef{id, runID})
+		if err != nil {
+			t.Logf("%v", err)
+			continue
+		}
 		var lines []string
-		it := s.Client.GetWorkflowHistory(ctx, id, runID, false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
-		for it.HasNext() {
-			ev, err := it.Next()
-			if err != nil {
-				lines = append(lines, "history: "+err.Error())
-				break
-			}
+		for _, ev := range h.GetEvents() {
 			switch {
 			case ev.GetWorkflowExecutionStartedEventAttributes() != nil:
 				var in workflows.UseCouponInput

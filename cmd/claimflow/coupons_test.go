@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	enumspb "go.temporal.io/api/enums/v1"
+	historypb "go.temporal.io/api/history/v1"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 
@@ -83,17 +83,10 @@ func useWithLateStarter(t *testing.T, s *stack, c *apiClient, couponID, user str
 	// Until the run has done all its work: it then waits for the starter
 	// (a timer) or, were it not to wait, closes.
 	waitFor(t, 30*time.Second, "the run done with its use", func() bool {
-		it := s.Client.GetWorkflowHistory(ctx, workflowID, run.GetRunID(), false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
-		for it.HasNext() {
-			ev, err := it.Next()
-			if err != nil {
-				return false
-			}
-			if ev.GetTimerStartedEventAttributes() != nil || ev.GetWorkflowExecutionCompletedEventAttributes() != nil {
-				return true
-			}
-		}
-		return false
+		h, err := fetchHistory(ctx, s.Client, runRef{workflowID, run.GetRunID()})
+		return err == nil && slices.ContainsFunc(h.GetEvents(), func(ev *historypb.HistoryEvent) bool {
+			return ev.GetTimerStartedEventAttributes() != nil || ev.GetWorkflowExecutionCompletedEventAttributes() != nil
+		})
 	})
 	if got := c.must("GET", "/v1/coupons/"+couponID, nil, http.StatusOK); got["status"] != "used" {
 		t.Fatalf("the coupon after the run's use: %v", got)
