@@ -725,7 +725,11 @@ func TestFaults(t *testing.T) {
 			// about 100 seats a second for the whole load: seats run out
 			// around the middle, after the fault, under a client that
 			// manages 100–200 requests a second.
-			l := startLoad(t, c, fmt.Sprintf("fault%d", i), 4, 25*int(loadFor/time.Second), 4)
+			// Course IDs new to this run: a real broker kept between runs
+			// still holds the events of earlier runs' courses, which the
+			// audit would count as events of enrollments it never made.
+			prefix := fmt.Sprintf("fault%d-%x", i, time.Now().UnixNano())
+			l := startLoad(t, c, prefix, 4, 25*int(loadFor/time.Second), 4)
 			loadBegan := time.Now()
 			// The fault comes a third into the load, once claims flow, so
 			// there is work in flight for it to hit.
@@ -742,7 +746,7 @@ func TestFaults(t *testing.T) {
 			// accept claims again. A long outage (a real broker's restart)
 			// can leave the first courses full by now, so one more course
 			// opens: claims for it are only accepted after recovery.
-			l.addCourse(fmt.Sprintf("fault%d-after", i))
+			l.addCourse(prefix + "-after")
 			waitFor(t, loadFor+2*time.Minute, "the rest of the load, with claims accepted after recovery", func() bool {
 				return time.Since(fw.end) >= loadFor*2/3 && l.acceptedSince(fw.end) >= 1
 			})
