@@ -405,7 +405,7 @@ func (b *claimBatcher) flush(batch []*pendingClaim) {
 		submitted[i] = p.submitted
 	}
 	b.metrics.batchStarted(call, submitted)
-	decisions, runID, err := decideClaim[[]workflows.Decision](ctx, b.temporal, start, workflowID, b.timeout, true)
+	decisions, runID, err := decideClaim[[]workflows.Decision](ctx, b.temporal, start, workflowID, "", b.timeout, true)
 	if err == nil {
 		b.noteTrip(time.Since(call))
 		b.metrics.batchDecided(time.Since(call))

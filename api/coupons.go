@@ -192,7 +192,11 @@ func (s *server) issueCoupon(c *gin.Context) {
 		s.internalError(c, err)
 		return
 	}
-	in := workflows.IssueCouponInput{CouponID: couponID.String(), TypeID: typeID, UserID: req.UserID, RequestedAt: requestedAt}
+	// The claim's own ID names its decision update, so the run tells this
+	// request from a second claim of the same user even if the update comes
+	// late (workflows.IssueCouponInput.StarterUpdateID).
+	in := workflows.IssueCouponInput{CouponID: couponID.String(), TypeID: typeID, UserID: req.UserID, RequestedAt: requestedAt,
+		StarterUpdateID: couponID.String(), AnswerWait: s.decisionWait(workflows.ClaimIssueCoupon)}
 	workflowID := workflows.IssueCouponWorkflowID(typeID, req.UserID)
 	start := s.Temporal.NewWithStartWorkflowOperation(client.StartWorkflowOptions{
 		ID:        workflowID,
@@ -209,7 +213,7 @@ func (s *server) issueCoupon(c *gin.Context) {
 	}, workflows.IssueCoupon, in)
 
 	// The run is the claim: once it started, it decides on its own.
-	d, runID, err := s.decideCoupon(c, start, workflowID, workflows.ClaimIssueCoupon, true)
+	d, runID, err := s.decideCoupon(c, start, workflowID, in.StarterUpdateID, workflows.ClaimIssueCoupon, true)
 	if errors.Is(err, errUndecided) {
 		s.answerUndecided(c, err, gin.H{"id": in.CouponID, "type_id": typeID, "user_id": req.UserID},
 			couponStatusURL(in.CouponID), workflowID, runID)
@@ -323,7 +327,7 @@ func (s *server) useCoupon(c *gin.Context) {
 	// A use decides only after its payout policy has run its course, so it
 	// waits as long as the workflow's own options allow (decisionWait). The
 	// use request is the update, so it goes on only once the run accepted it.
-	d, runID, err := s.decideCoupon(c, start, workflowID, workflows.ClaimUseCoupon, false, ureq)
+	d, runID, err := s.decideCoupon(c, start, workflowID, "", workflows.ClaimUseCoupon, false, ureq)
 	if errors.Is(err, errUndecided) {
 		s.answerUndecided(c, err, gin.H{"coupon_id": couponID, "use_id": ureq.UseID, "user_id": req.UserID},
 			couponStatusURL(couponID), workflowID, runID)
@@ -407,20 +411,22 @@ func (s *server) decisionWait(kind workflows.ClaimKind) time.Duration {
 // decideCoupon starts (or joins) a coupon run and waits, up to decisionWait
 // of kind, for its decision update; args are the update's arguments
 // (decideClaim).
-func (s *server) decideCoupon(c *gin.Context, start client.WithStartWorkflowOperation, workflowID string,
+func (s *server) decideCoupon(c *gin.Context, start client.WithStartWorkflowOperation, workflowID, updateID string,
 	kind workflows.ClaimKind, startIsClaim bool, args ...any) (workflows.CouponDecision, string, error) {
-	return decideClaim[workflows.CouponDecision](c.Request.Context(), s.Temporal, start, workflowID,
+	return decideClaim[workflows.CouponDecision](c.Request.Context(), s.Temporal, start, workflowID, updateID,
 		s.decisionWait(kind), startIsClaim, args...)
 }
 
 // decideClaim starts (or joins) a claim's run and waits, up to wait, for
-// its decision update; args are the update's arguments. It returns
+// its decision update; args are the update's arguments, and updateID the
+// update's ID when the run's input names it as its starter's (the SDK
+// chooses one when it is ""). It returns
 // errUndecided (with the run ID when known) when the claim is under way but
 // its decision did not come: the run accepted the update, or, when
 // startIsClaim (the run's input is the claim), the run started. Any other
 // failure is returned as it is: the claim did not reach a run, and the
 // caller may retry.
-func decideClaim[T any](ctx context.Context, t Temporal, start client.WithStartWorkflowOperation, workflowID string,
+func decideClaim[T any](ctx context.Context, t Temporal, start client.WithStartWorkflowOperation, workflowID, updateID string,
 	wait time.Duration, startIsClaim bool, args ...any) (T, string, error) {
 	var d T
 	wctx, cancel := context.WithTimeout(ctx, wait)
@@ -429,6 +435,7 @@ func decideClaim[T any](ctx context.Context, t Temporal, start client.WithStartW
 		StartWorkflowOperation: start,
 		UpdateOptions: client.UpdateWorkflowOptions{
 			WorkflowID: workflowID,
+			UpdateID:   updateID,
 			UpdateName: workflows.UpdateDecision,
 			Args:       args,
 			// Accepted, then the outcome: an accepted update is the run's

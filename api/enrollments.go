@@ -89,9 +89,13 @@ func (s *server) enroll(c *gin.Context) {
 		decision, workflowID, runID = r.decision, r.workflowID, r.runID
 	} else {
 		workflowID = workflows.EnrollmentWorkflowID(courseID, req.StudentID)
+		// The enrollment's ID names its decision update, so the run tells
+		// this request from a second claim of the same student even if the
+		// update comes late (workflows.EnrollmentInput.StarterUpdateID).
+		in.StarterUpdateID, in.AnswerWait = in.EnrollmentID, s.decisionWait(workflows.ClaimEnrollment)
 		// The run's input is the claim: once it started, it decides on its own.
 		decision, runID, err = decideClaim[workflows.Decision](c.Request.Context(), s.Temporal,
-			s.startEnrollment(workflowID, in), workflowID, s.decisionWait(workflows.ClaimEnrollment), true)
+			s.startEnrollment(workflowID, in), workflowID, in.StarterUpdateID, in.AnswerWait, true)
 		if errors.Is(err, errUndecided) {
 			s.answerUndecidedEnrollment(c, err, in, workflowID, runID)
 			return
@@ -188,7 +192,7 @@ func (s *server) startEnrollment(workflowID string, in workflows.EnrollmentInput
 // (an enrollment's, or a cancellation's: one database step before it
 // decides, as an enrollment's).
 func (s *server) decide(c *gin.Context, start client.WithStartWorkflowOperation, workflowID string) (workflows.Decision, string, error) {
-	return decideClaim[workflows.Decision](c.Request.Context(), s.Temporal, start, workflowID,
+	return decideClaim[workflows.Decision](c.Request.Context(), s.Temporal, start, workflowID, "",
 		s.decisionWait(workflows.ClaimEnrollment), false)
 }
 

@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"fmt"
+	"time"
 
 	"go.temporal.io/sdk/workflow"
 )
@@ -40,6 +41,27 @@ type claim[S, D any] struct {
 	// onDecide mirrors a decision into the state and ClaimStatus; nil when
 	// the workflow keeps its status itself.
 	onDecide func(workflow.Context, D)
+	// starter is the decision update of the request that started the run,
+	// when the run's input names it (expectStarter).
+	starter starterUpdate
+}
+
+// starterUpdate is what a run knows of its starter's decision update.
+type starterUpdate struct {
+	id   string        // the update's ID; "" when the input names none
+	wait time.Duration // how long the starter waits for its answer
+	seen bool          // the update reached this run
+}
+
+// expectStarter names the decision update of the request that started the
+// run (its update ID, chosen by the API and carried in the input) and how
+// long that request waits for its answer. With it the run answers that
+// request as the claim itself, whichever update comes first, and stays open
+// for it (keepOpenForStarter). An empty id (runs started by other runs, or
+// before the API named it) keeps the plain rule: the first update is the
+// claim.
+func (c *claim[S, D]) expectStarter(id string, wait time.Duration) {
+	c.starter = starterUpdate{id: id, wait: wait}
 }
 
 // register registers the status query and, when answer is not nil, the
@@ -56,6 +78,10 @@ func (c *claim[S, D]) register(ctx workflow.Context, answer func(d D, first bool
 	if err := workflow.SetUpdateHandler(ctx, UpdateDecision, func(ctx workflow.Context) (D, error) {
 		c.answered++
 		first := c.answered == 1
+		if c.starter.id != "" {
+			first = workflow.GetCurrentUpdateInfo(ctx).ID == c.starter.id
+			c.starter.seen = c.starter.seen || first
+		}
 		if err := awaitAnswer(ctx, func() bool { return c.decision != nil }); err != nil {
 			var none D
 			return none, err
@@ -86,7 +112,30 @@ func (c *claim[S, D]) end(ctx workflow.Context, err error, undecided func(error)
 	if c.decision == nil && undecided != nil {
 		c.decide(ctx, undecided(err))
 	}
+	c.keepOpenForStarter(ctx)
 	drainHandlers(ctx)
+}
+
+// keepOpenForStarter keeps a decided run open, up to the starter's own wait,
+// until the starter's update has arrived. That update is sent with the
+// start, but under load it can reach the run only after the run decided
+// (through the client's retry of the call). A run closed by then would
+// leave it to a new run of the same workflow ID, which would answer the
+// request that made the claim as a second claim of it (already_issued,
+// already_enrolled). Requests that arrive during the wait are answered as
+// usual; the wait is on a disconnected context, as every caller's is, so a
+// cancelled run still answers its starter.
+func (c *claim[S, D]) keepOpenForStarter(ctx workflow.Context) {
+	if c.starter.id == "" || c.starter.seen || c.starter.wait <= 0 {
+		return
+	}
+	dctx, cancel := workflow.NewDisconnectedContext(ctx)
+	defer cancel()
+	arrived, _ := workflow.AwaitWithTimeout(dctx, c.starter.wait, func() bool { return c.starter.seen })
+	if !arrived {
+		workflow.GetLogger(ctx).Warn("the starter's decision update never reached the run; closing without it",
+			"update_id", c.starter.id, "waited", c.starter.wait)
+	}
 }
 
 // awaitAnswer blocks an update handler until ready; on a disconnected

@@ -28,6 +28,7 @@ func IssueCoupon(ctx workflow.Context, in IssueCouponInput) (CouponState, error)
 	is.state = CouponState{CouponID: in.CouponID, CouponTypeID: in.TypeID, UserID: in.UserID, Status: CouponPending}
 	is.setStatus = couponStatusSetter(&is.state)
 	is.onDecide = func(ctx workflow.Context, d CouponDecision) { is.setStatus(ctx, d.Status) }
+	is.expectStarter(in.StarterUpdateID, in.AnswerWait)
 	if err := is.register(ctx, answerSecondIssue); err != nil {
 		return is.state, err
 	}

@@ -134,6 +134,65 @@ func TestIssueCouponSecondClaimOfTheSameUserIsAlreadyIssued(t *testing.T) {
 	assert.Len(t, f.allPublished(), 1)
 }
 
+// The run knows its starter's update by ID (StarterUpdateID): it answers
+// that request as the claim whichever update comes first, and stays open
+// for it when it comes late, so a late starter is not left to a new run
+// that would answer it already_issued.
+func TestIssueCouponStarterUpdate(t *testing.T) {
+	const answerWait = time.Minute
+	tests := []struct {
+		name          string
+		starterID     string        // the input's StarterUpdateID
+		starterAt     time.Duration // when the starter's update arrives; < 0: never
+		otherAt       time.Duration // a second claim of the same user
+		otherFirst    bool          // the second claim is sent before the starter's, at the same time
+		wantStarter   workflows.CouponStatus
+		wantOtherRefd bool          // the second claim is answered already_issued
+		wantEnd       time.Duration // the run closes this long after it started
+	}{
+		{"with the start", "u-start", 0, 0, false, workflows.CouponIssued, true, 0},
+		{"with the start, the second claim handled first", "u-start", 0, 0, true, workflows.CouponIssued, true, 0},
+		{"after the decision, the second claim before it", "u-start", 20 * time.Second, 10 * time.Second, false,
+			workflows.CouponIssued, true, 20 * time.Second},
+		{"never", "u-start", -1, 10 * time.Second, false, "", true, answerWait},
+		{"no starter named: the first update is the claim", "", 0, 0, true, workflows.CouponRefused, false, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newCouponFake().withType(cpTypeID, 100, 0)
+			env, _ := newCouponEnv(t, f)
+			var starter, other *couponDecisionCall
+			if tt.otherFirst {
+				other = sendCouponDecision(env, "u-other", tt.otherAt)
+			}
+			if tt.starterAt >= 0 {
+				starter = sendCouponDecision(env, "u-start", tt.starterAt)
+			}
+			if !tt.otherFirst {
+				other = sendCouponDecision(env, "u-other", tt.otherAt)
+			}
+			in := issueInput()
+			in.StarterUpdateID, in.AnswerWait = tt.starterID, answerWait
+
+			env.ExecuteWorkflow(workflows.IssueCoupon, in)
+
+			require.True(t, env.IsWorkflowCompleted())
+			require.NoError(t, env.GetWorkflowError())
+			if starter != nil {
+				assert.Equal(t, tt.wantStarter, starter.result(t).Status, "the starter's answer")
+			}
+			if tt.wantOtherRefd {
+				assert.Equal(t, couponRefusal(cpCouponID, workflows.RefusalAlreadyIssued), withoutMessage(other.result(t)))
+			} else {
+				assert.Equal(t, workflows.CouponIssued, other.result(t).Status, "the first update is the claim")
+			}
+			assert.Equal(t, tt.wantEnd, env.Now().Sub(testStart).Round(time.Second), "when the run closed")
+			assert.Equal(t, 1, f.issued(cpTypeID), "one coupon taken")
+			assert.Len(t, f.allPublished(), 1)
+		})
+	}
+}
+
 func TestIssueCouponDeadLetterRetryPublishesTheSameEvent(t *testing.T) {
 	f := newCouponFake().withType(cpTypeID, 100, 0)
 	f.failPublish[workflows.EventCouponIssued] = -1

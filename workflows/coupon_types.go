@@ -77,6 +77,14 @@ type IssueCouponInput struct {
 	TypeID      string
 	UserID      string
 	RequestedAt time.Time
+	// StarterUpdateID is the ID of the decision update of the request that
+	// starts the run, and AnswerWait how long that request waits for its
+	// answer (the API's decision wait): the run answers that update as the
+	// claim itself and stays open for it that long (claim.expectStarter).
+	// Empty for runs started by other runs, and for runs started before
+	// the API named it.
+	StarterUpdateID string        `json:",omitempty"`
+	AnswerWait      time.Duration `json:",omitempty"`
 }
 
 // UseRequest is one request to use a coupon: the run's input carries the one

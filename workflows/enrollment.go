@@ -35,6 +35,14 @@ type EnrollmentInput struct {
 	// Promoted says the seat came from the waitlist: the run publishes
 	// enrollment.promoted before enrollment.confirmed.
 	Promoted bool `json:",omitempty"`
+	// StarterUpdateID is the ID of the decision update of the request that
+	// starts the run, and AnswerWait how long that request waits for its
+	// answer (the API's decision wait): the run answers that update as the
+	// claim itself and stays open for it that long (claim.expectStarter).
+	// Empty for runs started by other runs, and for runs started before
+	// the API named it.
+	StarterUpdateID string        `json:",omitempty"`
+	AnswerWait      time.Duration `json:",omitempty"`
 }
 
 // Decision is the answer to a claim. Refusal is set when Status is refused;
@@ -78,6 +86,7 @@ func Enrollment(ctx workflow.Context, in EnrollmentInput) (EnrollmentState, erro
 		Status:       StatusPending,
 	}
 	e.onDecide = func(ctx workflow.Context, d Decision) { e.setStatus(ctx, d.Status) }
+	e.expectStarter(in.StarterUpdateID, in.AnswerWait)
 	if err := e.register(ctx, answerSecondEnrollment); err != nil {
 		return e.state, err
 	}

@@ -562,6 +562,30 @@ func TestSecondDecision(t *testing.T) {
 	}
 }
 
+// An enrollment run started by the API names its starter's update: a
+// second claim handled before it is the second claim, and a starter's
+// update that comes after the run's work is still answered as the claim
+// (the run waits for it, up to AnswerWait).
+func TestEnrollmentStarterUpdateArrivingLate(t *testing.T) {
+	f := newFake().withCourse(courseID, 30, 0)
+	env, _ := newEnv(t, f)
+	second := sendDecision(env, "id-2", 10*time.Second)
+	starter := sendDecision(env, "id-start", 20*time.Second)
+	in := enrollInput()
+	in.StarterUpdateID, in.AnswerWait = "id-start", time.Minute
+
+	env.ExecuteWorkflow(workflows.Enrollment, in)
+
+	require.True(t, env.IsWorkflowCompleted())
+	require.NoError(t, env.GetWorkflowError())
+	d1, d2 := starter.result(t), second.result(t)
+	d1.Message, d2.Message = "", ""
+	assert.Equal(t, workflows.Decision{EnrollmentID: enrollmentID, Status: workflows.StatusReserved}, d1, "the starter")
+	assert.Equal(t, refusal(enrollmentID, workflows.RefusalAlreadyEnrolled), d2, "the second claim")
+	assert.Equal(t, 20*time.Second, env.Now().Sub(testStart).Round(time.Second), "closed once the starter was answered")
+	assert.Equal(t, 1, f.callCount(workflows.ReserveSeat.Name))
+}
+
 // TestPublishRetryTiming: the publish attempts follow PublishRetryPolicy in
 // workflow time, 1s → 2s → 4s, and the message is dead-lettered right after
 // the fourth.
