@@ -82,6 +82,8 @@ var fixtures = []fixture{
 	// Coupons.
 	{file: "coupon_issue_issued.json", workflow: "IssueCoupon",
 		path: "coupon reserved from the stock, answered issued, coupon.issued published"},
+	{file: "coupon_issue_starter_late.json", workflow: "IssueCoupon",
+		path: "issued before the starter's update (named in the input) arrived: the run waited for it (a timer) and answered it issued"},
 	{file: "coupon_issue_sold_out.json", workflow: "IssueCoupon",
 		path:    "refused sold_out by the run",
 		earlier: "the API now answers sold-out claims from the database; a run refuses only a claim racing the last coupon"},

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	historypb "go.temporal.io/api/history/v1"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
@@ -104,6 +105,46 @@ func useWithLateStarter(t *testing.T, s *stack, c *apiClient, couponID, user str
 		t.Fatalf("the starter's late update answered %+v, want the decision of use %s", d, req.UseID)
 	}
 	return run, d
+}
+
+// issueWithLateStarter starts a coupon's issue run naming a starter's
+// update that it does not send, waits until the run has decided and done
+// its work, then sends that update (as the client's retry does under load),
+// and returns the run, the coupon ID and the answer.
+func issueWithLateStarter(t *testing.T, s *stack, c *apiClient, typeID, user string) (client.WorkflowRun, string, workflows.CouponDecision) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	couponID := uuid.NewString()
+	in := workflows.IssueCouponInput{CouponID: couponID, TypeID: typeID, UserID: user, RequestedAt: time.Now().UTC(),
+		StarterUpdateID: couponID, AnswerWait: 2 * time.Minute}
+	workflowID := workflows.IssueCouponWorkflowID(typeID, user)
+	run, err := s.Client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: workflowID, TaskQueue: workflows.TaskQueue},
+		workflows.IssueCoupon, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Until the run has done all its work: it then waits for the starter
+	// (a timer) or, were it not to wait, closes.
+	waitFor(t, 30*time.Second, "the run done with its issue", func() bool {
+		h, err := fetchHistory(ctx, s.Client, runRef{workflowID, run.GetRunID()})
+		return err == nil && slices.ContainsFunc(h.GetEvents(), func(ev *historypb.HistoryEvent) bool {
+			return ev.GetTimerStartedEventAttributes() != nil || ev.GetWorkflowExecutionCompletedEventAttributes() != nil
+		})
+	})
+	if got := c.must("GET", "/v1/coupons/"+couponID, nil, http.StatusOK); got["status"] != "issued" {
+		t.Fatalf("the coupon after the run's issue: %v", got)
+	}
+	h, err := s.Client.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{WorkflowID: workflowID, UpdateID: couponID,
+		UpdateName: workflows.UpdateDecision, WaitForStage: client.WorkflowUpdateStageCompleted})
+	if err != nil {
+		t.Fatalf("the starter's update after the issue: %v", err)
+	}
+	var d workflows.CouponDecision
+	if err := h.Get(ctx, &d); err != nil {
+		t.Fatal(err)
+	}
+	return run, couponID, d
 }
 
 // setPayoutMode switches the payout simulator through its admin endpoint.
@@ -382,6 +423,22 @@ func TestCoupons(t *testing.T) {
 		}
 		if n := ledgerRows(t, s, couponID); n != 1 {
 			t.Fatalf("%d ledger rows, want 1", n)
+		}
+	})
+
+	// The same for an issue: the run knows its starter's update by ID
+	// (StarterUpdateID), waits for it, and answers it with the coupon, not
+	// already_issued.
+	t.Run("the starter's update reaching an issue run after its decision is answered issued", func(t *testing.T) {
+		run, couponID, d := issueWithLateStarter(t, s, c, useTypeID, "u-late-issue")
+		if d.Status != workflows.CouponIssued || d.CouponID != couponID {
+			t.Fatalf("the starter's late update answered %+v, want coupon %s issued", d, couponID)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		var state workflows.CouponState
+		if err := run.Get(ctx, &state); err != nil || state.Status != workflows.CouponIssued {
+			t.Fatalf("the run ended %+v (%v), want issued", state, err)
 		}
 	})
 

@@ -318,6 +318,13 @@ func TestRecordHistories(t *testing.T) {
 		t.Fatalf("the late starter's update answered %+v", d)
 	}
 	rec.record("coupon_use_starter_late", workflows.UseCouponWorkflowID(late), "")
+	// The same for an issue: the run decided before its starter's update
+	// came, waited for it (a timer) and answered it issued.
+	lateRun, _, d := issueWithLateStarter(t, s, c, typeID, "issue-starter-late")
+	if d.Status != workflows.CouponIssued {
+		t.Fatalf("the late starter's update of an issue answered %+v", d)
+	}
+	rec.record("coupon_issue_starter_late", workflows.IssueCouponWorkflowID(typeID, "issue-starter-late"), lateRun.GetRunID())
 
 	// DeliverEvent, on a topic of its own read by a consumer of its own so
 	// that the stack's consumer does not interfere: one event the webhook
