@@ -86,7 +86,7 @@ var fixtures = []fixture{
 		path: "issued before the starter's update (named in the input) arrived: the run waited for it (a timer) and answered it issued"},
 	{file: "coupon_issue_sold_out.json", workflow: "IssueCoupon",
 		path:    "refused sold_out by the run",
-		earlier: "the API now answers sold-out claims from the database; a run refuses only a claim racing the last coupon"},
+		earlier: "recorded by an earlier build; the recorder drives no sold-out claim, which takes the same path today (the run's ReserveCoupon refuses, nothing to compensate)"},
 	{file: "coupon_use_used.json", workflow: "UseCoupon",
 		path: "coupon held, vendor paid, payout recorded, coupon.used published"},
 	{file: "coupon_use_payout_declined.json", workflow: "UseCoupon",
