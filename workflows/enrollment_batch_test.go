@@ -799,7 +799,26 @@ func TestEnrollmentBatch(t *testing.T) {
 // TestEnrollmentBatchCancelledWhileReserveSeatsRetries: ReserveSeats
 // committed but its answer was lost, and the run is cancelled before a retry
 // brings the decisions. The seats it took must still be given back.
+//
+// Local-activity backoff runs on the wall clock while the cancel comes on
+// the test's clock, so a loaded machine (CI under -race) can cancel before
+// the retry. The run is repeated, up to five times, until one of them
+// retried before the cancel; every run, retried or not, must give back
+// exactly what it took.
 func TestEnrollmentBatchCancelledWhileReserveSeatsRetries(t *testing.T) {
+	retried := false
+	for try := 1; try <= 5 && !retried; try++ {
+		calls := cancelledWhileReserveSeatsRetries(t)
+		t.Logf("try %d: %d ReserveSeats attempts before the cancel", try, calls)
+		retried = calls >= 2
+	}
+	assert.True(t, retried, "no try retried ReserveSeats before the cancel: the retry path was never exercised")
+}
+
+// cancelledWhileReserveSeatsRetries runs the case once and returns the
+// ReserveSeats attempts made.
+func cancelledWhileReserveSeatsRetries(t *testing.T) int {
+	t.Helper()
 	f := newBatchFake().withCourse(courseID, 30, 2)
 	f.lostReserves = -1 // every attempt commits (idempotently) and loses its answer
 	env, _ := newBatchEnv(t, f)
@@ -813,10 +832,6 @@ func TestEnrollmentBatchCancelledWhileReserveSeatsRetries(t *testing.T) {
 	err := env.GetWorkflowError()
 	require.Error(t, err)
 	assert.True(t, temporal.IsCanceledError(err), "want a cancelled run, got %v", err)
-	// Local-activity backoff runs on the wall clock, so a loaded machine may
-	// fit one more attempt before the cancel: what matters is that a retry
-	// happened, and that whatever the attempts committed is released once.
-	assert.GreaterOrEqual(t, f.callCount(workflows.ReserveSeats.Name), 2)
 	decisions.mu.Lock()
 	assert.True(t, decisions.completed, "the caller hears of the cancel")
 	decisions.mu.Unlock()
@@ -828,4 +843,5 @@ func TestEnrollmentBatchCancelledWhileReserveSeatsRetries(t *testing.T) {
 	assert.Equal(t, workflows.StatusFailed, f.enrollment("enr-1").Status)
 	assert.Equal(t, workflows.StatusFailed, f.enrollment("enr-2").Status)
 	assert.Zero(t, f.callCount(workflows.PublishBatch.Name))
+	return f.callCount(workflows.ReserveSeats.Name)
 }
