@@ -328,6 +328,24 @@ func assess(r Report, ts topicState, notes map[string]delivered, parked map[stri
 // the end as it was when the call began. It keeps a digest of each value
 // rather than the value, so a large topic fits in memory.
 func readTopicRecords(ctx context.Context, cfg kafka.Config, topics []string) (topicState, []string, error) {
+	// A connection the client lost mid-read (sarama.ErrNotConnected, seen
+	// from kfake under a loaded CI machine even after partitionEnd's own
+	// retries) fails the whole read; the read has no effects, so it starts
+	// over with a new client, three times at most.
+	for attempt := 1; ; attempt++ {
+		ts, missing, err := readTopicRecordsOnce(ctx, cfg, topics)
+		if err == nil || !errors.Is(err, sarama.ErrNotConnected) || attempt == 3 {
+			return ts, missing, err
+		}
+		select {
+		case <-ctx.Done():
+			return ts, missing, err
+		case <-time.After(time.Duration(attempt) * time.Second):
+		}
+	}
+}
+
+func readTopicRecordsOnce(ctx context.Context, cfg kafka.Config, topics []string) (topicState, []string, error) {
 	ts := topicState{oldest: map[string]map[int32]int64{}}
 	sc := sarama.NewConfig()
 	version := cmp.Or(cfg.Version, kafka.DefaultVersion)
