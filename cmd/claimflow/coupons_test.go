@@ -67,6 +67,18 @@ func eventOf(t *testing.T, s *stack, eventType, couponID string) workflows.Event
 	return found[0]
 }
 
+// waitRunDone waits until a run has done all its work: it then waits for
+// its starter's update (a timer) or, were it not to wait, closes.
+func waitRunDone(ctx context.Context, t *testing.T, s *stack, workflowID, runID, what string) {
+	t.Helper()
+	waitFor(t, 30*time.Second, "the run done with "+what, func() bool {
+		h, err := fetchHistory(ctx, s.Client, runRef{workflowID, runID})
+		return err == nil && slices.ContainsFunc(h.GetEvents(), func(ev *historypb.HistoryEvent) bool {
+			return ev.GetTimerStartedEventAttributes() != nil || ev.GetWorkflowExecutionCompletedEventAttributes() != nil
+		})
+	})
+}
+
 // useWithLateStarter starts a coupon's use run without the starter's
 // update, waits until the run has done its work, then sends that update (as
 // the client's retry does under load), and returns the run and the answer.
@@ -81,14 +93,7 @@ func useWithLateStarter(t *testing.T, s *stack, c *apiClient, couponID, user str
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Until the run has done all its work: it then waits for the starter
-	// (a timer) or, were it not to wait, closes.
-	waitFor(t, 30*time.Second, "the run done with its use", func() bool {
-		h, err := fetchHistory(ctx, s.Client, runRef{workflowID, run.GetRunID()})
-		return err == nil && slices.ContainsFunc(h.GetEvents(), func(ev *historypb.HistoryEvent) bool {
-			return ev.GetTimerStartedEventAttributes() != nil || ev.GetWorkflowExecutionCompletedEventAttributes() != nil
-		})
-	})
+	waitRunDone(ctx, t, s, workflowID, run.GetRunID(), "its use")
 	if got := c.must("GET", "/v1/coupons/"+couponID, nil, http.StatusOK); got["status"] != "used" {
 		t.Fatalf("the coupon after the run's use: %v", got)
 	}
@@ -124,14 +129,7 @@ func issueWithLateStarter(t *testing.T, s *stack, c *apiClient, typeID, user str
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Until the run has done all its work: it then waits for the starter
-	// (a timer) or, were it not to wait, closes.
-	waitFor(t, 30*time.Second, "the run done with its issue", func() bool {
-		h, err := fetchHistory(ctx, s.Client, runRef{workflowID, run.GetRunID()})
-		return err == nil && slices.ContainsFunc(h.GetEvents(), func(ev *historypb.HistoryEvent) bool {
-			return ev.GetTimerStartedEventAttributes() != nil || ev.GetWorkflowExecutionCompletedEventAttributes() != nil
-		})
-	})
+	waitRunDone(ctx, t, s, workflowID, run.GetRunID(), "its issue")
 	if got := c.must("GET", "/v1/coupons/"+couponID, nil, http.StatusOK); got["status"] != "issued" {
 		t.Fatalf("the coupon after the run's issue: %v", got)
 	}
