@@ -337,6 +337,7 @@ func runFloor(ctx context.Context, env benchEnv, log *slog.Logger, args []string
 	warmup := fs.Int("warmup", 64, "empty workflows run first and not counted (pollers and task queue warm up)")
 	quick := fs.Bool("quick", false, "a small run for CI: 100 workflows, 16 at once, 16 warm-up")
 	update := fs.Bool("update", false, "start each with Update-With-Start and time the update's answer (a claim's shape, empty)")
+	started := fs.Bool("started", false, "with --update: start each run first, untimed, and time only the update sent to the waiting run")
 	jsonOut := fs.String("json", "", "write the figures as JSON to this file")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -365,7 +366,7 @@ func runFloor(ctx context.Context, env benchEnv, log *slog.Logger, args []string
 	fmt.Fprintf(stderr, "floor: %d empty workflows (after %d warm-up), %d at once, on %s task queue %s\n",
 		*n, *warmup, *concurrency, env.TemporalAddress, bench.FloorTaskQueue)
 	res, err := bench.Floor(ctx, bench.FloorOptions{
-		Client: tc, Workflows: *n, Concurrency: *concurrency, Warmup: *warmup, Update: *update, Progress: stderr,
+		Client: tc, Workflows: *n, Concurrency: *concurrency, Warmup: *warmup, Update: *update, Started: *started, Progress: stderr,
 		// claimflow's worker settings (worker.New), for a like-for-like floor.
 		WorkerOptions: sdkworker.Options{MaxConcurrentActivityExecutionSize: env.MaxActivities, WorkerStopTimeout: 20 * time.Second},
 	})

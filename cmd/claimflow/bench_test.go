@@ -248,9 +248,9 @@ func TestBenchQuick(t *testing.T) {
 	})
 
 	for _, mode := range []struct {
-		name   string
-		update bool
-	}{{"start", false}, {"update-with-start", true}} {
+		name            string
+		update, started bool
+	}{{"start", false, false}, {"update-with-start", true, false}, {"update-started-run", true, true}} {
 		t.Run("floor/"+mode.name, func(t *testing.T) {
 			tc, err := services.DialTemporal(runCtx(t), s.Config, log, nil)
 			if err != nil {
@@ -259,7 +259,7 @@ func TestBenchQuick(t *testing.T) {
 			defer tc.Close()
 			// claimflow-bench floor --quick [--update]: 100 workflows, 16 at once, 16 warm-up.
 			res, err := bench.Floor(runCtx(t), bench.FloorOptions{
-				Client: tc, Workflows: 100, Concurrency: 16, Warmup: 16, Update: mode.update, Progress: testWriter{t},
+				Client: tc, Workflows: 100, Concurrency: 16, Warmup: 16, Update: mode.update, Started: mode.started, Progress: testWriter{t},
 				WorkerOptions: sdkworker.Options{MaxConcurrentActivityExecutionSize: s.Config.MaxActivities, WorkerStopTimeout: 20 * time.Second},
 			})
 			if err != nil {
@@ -272,6 +272,15 @@ func TestBenchQuick(t *testing.T) {
 			if v, _ := f["wf_per_s"].(float64); v <= 0 {
 				t.Errorf("floor wf_per_s = %v", f["wf_per_s"])
 			}
+			// Where the whole run is timed, the workers were busy timing
+			// it: the counted latencies fill most of concurrency × wall
+			// (a timer read before the run ended fills a fraction).
+			if !mode.started {
+				busy := res.Latency.Avg * float64(res.Completed) / 1000
+				if whole := float64(res.Concurrency) * res.DurationS; busy < 0.5*whole {
+					t.Errorf("floor timed %.2f s of %d workers × %.2f s = %.2f s: it does not time the whole run", busy, res.Concurrency, res.DurationS, whole)
+				}
+			}
 			// Each counted workflow ran on the server: its run is there,
 			// closed as completed (the update workflow ends once answered).
 			id := fmt.Sprintf("bench-floor-%s-%d", res.RunID, 99)
@@ -282,20 +291,33 @@ func TestBenchQuick(t *testing.T) {
 			if st := d.RawResponse.GetWorkflowExecutionInfo().GetStatus(); st != enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED {
 				t.Errorf("%s is %v, want completed", id, st)
 			}
-			// The update mode answered an update; the start mode had none.
-			updates := 0
+			// The update modes answered an update; the start mode had none.
+			// A started run had finished a workflow task before its update
+			// came; one started by Update-With-Start accepts it in its first.
+			updates, tasksBeforeUpdate := 0, 0
 			it := tc.GetWorkflowHistory(runCtx(t), id, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
 			for it.HasNext() {
 				ev, err := it.Next()
 				if err != nil {
 					t.Fatal(err)
 				}
-				if ev.GetEventType() == enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_COMPLETED {
+				switch ev.GetEventType() {
+				case enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_COMPLETED:
 					updates++
+				case enumspb.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
+					if updates == 0 {
+						tasksBeforeUpdate++
+					}
 				}
 			}
 			if want := map[bool]int{false: 0, true: 1}[mode.update]; updates != want {
 				t.Errorf("%s answered %d updates, want %d", id, updates, want)
+			}
+			if mode.update {
+				// Started: the waiting task, then the one that answered.
+				if want := map[bool]int{false: 1, true: 2}[mode.started]; tasksBeforeUpdate != want {
+					t.Errorf("%s completed %d workflow tasks up to its update's answer, want %d", id, tasksBeforeUpdate, want)
+				}
 			}
 		})
 	}

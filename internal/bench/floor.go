@@ -60,6 +60,11 @@ type FloorOptions struct {
 	// update's answer (claimflow's shape) instead of starting it and
 	// waiting for its result.
 	Update bool
+	// Started, with Update, starts each workflow first (untimed) and waits
+	// until its first workflow task is done, then times only the update
+	// sent to the waiting run: the floor of a decision recorded in a run
+	// that already exists, with no start on the way.
+	Started bool
 	// WorkerOptions are the worker settings of the worker started on
 	// FloorTaskQueue (claimflow's own, for a like-for-like floor).
 	WorkerOptions sdkworker.Options
@@ -81,6 +86,23 @@ type FloorResult struct {
 	FirstError  string         `json:"first_error,omitempty"`
 }
 
+// floor modes, as FloorResult.Mode names them.
+const (
+	floorModeStart         = "start"
+	floorModeUpdateStart   = "update-with-start"
+	floorModeUpdateStarted = "update-started-run"
+)
+
+func (o FloorOptions) mode() string {
+	switch {
+	case o.Update && o.Started:
+		return floorModeUpdateStarted
+	case o.Update:
+		return floorModeUpdateStart
+	}
+	return floorModeStart
+}
+
 // Floor starts a worker for the empty workflow, then runs Workflows of them
 // (start and wait for completion, or with Update Update-With-Start and wait
 // for the update's answer) on Concurrency goroutines, as fast as the server
@@ -92,10 +114,10 @@ func Floor(ctx context.Context, o FloorOptions) (FloorResult, error) {
 	if o.Progress == nil {
 		o.Progress = io.Discard
 	}
-	res := FloorResult{RunID: newRunID(), Warmup: o.Warmup, Workflows: o.Workflows, Concurrency: o.Concurrency, Mode: "start"}
-	if o.Update {
-		res.Mode = "update-with-start"
+	if o.Started && !o.Update {
+		return FloorResult{}, fmt.Errorf("started runs are timed by their update: Started needs Update")
 	}
+	res := FloorResult{RunID: newRunID(), Warmup: o.Warmup, Workflows: o.Workflows, Concurrency: o.Concurrency, Mode: o.mode()}
 	w := sdkworker.New(o.Client, FloorTaskQueue, o.WorkerOptions)
 	w.RegisterWorkflowWithOptions(emptyWorkflow, workflow.RegisterOptions{Name: floorWorkflowName})
 	w.RegisterWorkflowWithOptions(emptyUpdateWorkflow, workflow.RegisterOptions{Name: floorUpdateWorkflowName})
@@ -103,7 +125,7 @@ func Floor(ctx context.Context, o FloorOptions) (FloorResult, error) {
 		return res, fmt.Errorf("start floor worker: %w", err)
 	}
 	defer w.Stop()
-	if err := runEmpty(ctx, o.Client, o.Update, res.RunID+"-warmup", o.Warmup, o.Concurrency, nil); err != nil {
+	if err := runEmpty(ctx, o.Client, res.Mode, res.RunID+"-warmup", o.Warmup, o.Concurrency, nil); err != nil {
 		return res, fmt.Errorf("warm-up: %w", err)
 	}
 
@@ -131,7 +153,7 @@ func Floor(ctx context.Context, o FloorOptions) (FloorResult, error) {
 			}
 		}
 	}()
-	_ = runEmpty(ctx, o.Client, o.Update, res.RunID, o.Workflows, o.Concurrency, func(elapsed time.Duration, err error) {
+	_ = runEmpty(ctx, o.Client, res.Mode, res.RunID, o.Workflows, o.Concurrency, func(elapsed time.Duration, err error) {
 		mu.Lock()
 		if err != nil {
 			res.Errors++
@@ -158,7 +180,7 @@ func Floor(ctx context.Context, o FloorOptions) (FloorResult, error) {
 
 // runEmpty runs n empty workflows on concurrency goroutines and returns the
 // first error; each completion is passed to done when it is not nil.
-func runEmpty(ctx context.Context, c client.Client, update bool, prefix string, n, concurrency int, done func(time.Duration, error)) error {
+func runEmpty(ctx context.Context, c client.Client, mode string, prefix string, n, concurrency int, done func(time.Duration, error)) error {
 	var (
 		next  atomic.Int64
 		mu    sync.Mutex
@@ -172,16 +194,15 @@ func runEmpty(ctx context.Context, c client.Client, update bool, prefix string, 
 				if i >= int64(n) || ctx.Err() != nil {
 					return
 				}
-				start := time.Now()
 				opts := client.StartWorkflowOptions{
 					ID:                  fmt.Sprintf("bench-floor-%s-%d", prefix, i),
 					TaskQueue:           FloorTaskQueue,
 					WorkflowRunTimeout:  time.Minute,
 					WorkflowTaskTimeout: 10 * time.Second,
 				}
-				err := runOne(ctx, c, update, opts)
+				took, err := runOne(ctx, c, mode, opts)
 				if done != nil {
-					done(time.Since(start), err)
+					done(took, err)
 				}
 				if err != nil {
 					mu.Lock()
@@ -200,15 +221,38 @@ func runEmpty(ctx context.Context, c client.Client, update bool, prefix string, 
 	return ctx.Err()
 }
 
-// runOne runs one empty workflow: started and awaited, or with update
-// started by Update-With-Start and awaited until the update is answered.
-func runOne(ctx context.Context, c client.Client, update bool, opts client.StartWorkflowOptions) error {
-	if !update {
+// runOne runs one empty workflow and returns the time its mode counts:
+// started and awaited; started by Update-With-Start and awaited until the
+// update is answered; or started and left to wait for its update (not
+// counted), then sent the update and awaited until it is answered.
+func runOne(ctx context.Context, c client.Client, mode string, opts client.StartWorkflowOptions) (time.Duration, error) {
+	start := time.Now()
+	switch mode {
+	case floorModeStart:
 		run, err := c.ExecuteWorkflow(ctx, opts, floorWorkflowName)
 		if err != nil {
-			return err
+			return 0, err
 		}
-		return run.Get(ctx, nil)
+		err = run.Get(ctx, nil)
+		return time.Since(start), err
+	case floorModeUpdateStarted:
+		run, err := c.ExecuteWorkflow(ctx, opts, floorUpdateWorkflowName)
+		if err != nil {
+			return 0, err
+		}
+		if err := awaitFirstTask(ctx, c, run.GetID(), run.GetRunID()); err != nil {
+			return 0, err
+		}
+		start = time.Now()
+		h, err := c.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
+			WorkflowID: run.GetID(), RunID: run.GetRunID(),
+			UpdateName: floorUpdateName, WaitForStage: client.WorkflowUpdateStageCompleted,
+		})
+		if err != nil {
+			return 0, err
+		}
+		err = h.Get(ctx, nil)
+		return time.Since(start), err
 	}
 	opts.WorkflowIDConflictPolicy = enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING
 	h, err := c.UpdateWithStartWorkflow(ctx, client.UpdateWithStartWorkflowOptions{
@@ -219,7 +263,24 @@ func runOne(ctx context.Context, c client.Client, update bool, opts client.Start
 		},
 	})
 	if err != nil {
-		return err
+		return 0, err
 	}
-	return h.Get(ctx, nil)
+	err = h.Get(ctx, nil)
+	return time.Since(start), err
+}
+
+// awaitFirstTask long-polls the run's history until its first workflow
+// task completed: the run has registered its update handler and waits.
+func awaitFirstTask(ctx context.Context, c client.Client, id, runID string) error {
+	it := c.GetWorkflowHistory(ctx, id, runID, true, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	for it.HasNext() {
+		ev, err := it.Next()
+		if err != nil {
+			return fmt.Errorf("wait for the first workflow task of %s: %w", id, err)
+		}
+		if ev.GetEventType() == enumspb.EVENT_TYPE_WORKFLOW_TASK_COMPLETED {
+			return nil
+		}
+	}
+	return fmt.Errorf("run %s closed before its first workflow task completed", id)
 }

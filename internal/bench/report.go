@@ -128,8 +128,11 @@ func WriteCompareTable(w io.Writer, c *Comparison) {
 // WriteFloorTable prints the floor as a Markdown table.
 func WriteFloorTable(w io.Writer, f FloorResult) {
 	answer := "start→done"
-	if f.Mode == "update-with-start" {
+	switch f.Mode {
+	case floorModeUpdateStart:
 		answer = "update answered"
+	case floorModeUpdateStarted:
+		answer = "update to the waiting run answered"
 	}
 	fmt.Fprintln(w, "| empty workflows | concurrency | completed | errors | wall | wf/s | "+answer+" p50 / p95 / p99 |")
 	fmt.Fprintln(w, "|---|---|---|---|---|---|---|")
