@@ -374,7 +374,11 @@ func capacityArm(ctx context.Context, o CapacityOptions, arm Arm, scope string) 
 		arm.Name, res.RunID, arm.URL, o.StartRate, o.StepRate, o.StepDuration, o.MaxRate, o.Window, sc.MaxVUs)
 
 	rec := &capacityRecorder{window: o.Window}
-	en := &enroller{courses: courses, students: o.Students}
+	en := &enroller{client: client, base: arm.URL, token: arm.Token, courses: courses, students: o.Students}
+	if h1, ok := newH1Pool(arm.URL, o.Timeout); ok {
+		en.h1 = h1
+		defer h1.close()
+	}
 	start := time.Now()
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
@@ -383,7 +387,7 @@ func capacityArm(ctx context.Context, o CapacityOptions, arm Arm, scope string) 
 		rec.start(at, time.Since(start)-at > lateAfter)
 		course, student := en.pick(n)
 		began := time.Now()
-		status, _, _, err := post(ctx, client, arm.URL+"/v1/courses/"+course+"/enrollments", arm.Token, []byte(`{"student_id":"`+student+`"}`))
+		status, _, _, err := en.post(ctx, "/v1/courses/"+course+"/enrollments", []byte(`{"student_id":"`+student+`"}`))
 		s := capSample{scheduled: at, latency: time.Since(began), status: status}
 		if err != nil {
 			s.outcome = classify(err)

@@ -113,7 +113,10 @@ func retryAfter(h http.Header, now time.Time) (time.Duration, bool) {
 // enroller is the iteration of the user's scenario: one enrollment request
 // (retried after Retry-After on 429/503), then the VU sleeps.
 type enroller struct {
-	client     *http.Client
+	client *http.Client
+	// h1, when set, sends the enrollment POSTs (h1client.go); client
+	// still sends everything else.
+	h1         *h1Pool
 	base       string
 	token      string
 	courses    []string
@@ -151,10 +154,10 @@ func (e *enroller) iteration(ctx context.Context, n int, _ time.Duration) {
 	if e.waitlist {
 		body = []byte(`{"student_id":"` + student + `","waitlist":true}`)
 	}
-	url := e.base + "/v1/courses/" + course + "/enrollments"
+	path := "/v1/courses/" + course + "/enrollments"
 	for attempt := 0; ; attempt++ {
 		began := time.Now()
-		status, raw, header, err := post(ctx, e.client, url, e.token, body)
+		status, raw, header, err := e.post(ctx, path, body)
 		ended := time.Now()
 		s := Sample{End: ended.Sub(e.start), Latency: ended.Sub(began), Status: status}
 		if err != nil {
@@ -190,6 +193,19 @@ func (e *enroller) iteration(ctx context.Context, n int, _ time.Duration) {
 		}
 	}
 	sleepCtx(ctx, e.sleep)
+}
+
+// post sends an enrollment POST through h1 when set, else through client.
+func (e *enroller) post(ctx context.Context, path string, body []byte) (int, []byte, http.Header, error) {
+	if e.h1 == nil {
+		return post(ctx, e.client, e.base+path, e.token, body)
+	}
+	status, raw, retry, err := e.h1.post(ctx, path, e.token, body)
+	var h http.Header
+	if retry != "" {
+		h = http.Header{"Retry-After": {retry}}
+	}
+	return status, raw, h, err
 }
 
 // churns says whether iteration n cancels its enrollment: a fraction churn
