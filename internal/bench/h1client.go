@@ -239,7 +239,11 @@ func (c *h1Conn) exchange(host, path, token string, body []byte) (status int, ra
 		}
 	}
 	switch {
-	case status == http.StatusNoContent || status == http.StatusNotModified || status/100 == 1:
+	case status/100 == 1:
+		// No Expect header goes out, so no interim answer should come;
+		// the final one would follow it on this connection.
+		return 0, nil, "", false, true, fmt.Errorf("unexpected interim answer %d", status)
+	case status == http.StatusNoContent || status == http.StatusNotModified:
 		return status, nil, retryAfter, keep, true, nil
 	case chunked:
 		raw, err = c.chunks()
