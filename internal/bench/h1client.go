@@ -73,9 +73,6 @@ func (e *h1Error) Timeout() bool {
 }
 func (e *h1Error) Temporary() bool { return false }
 
-// maxH1Body bounds an answer's body, as post does with net/http.
-const maxH1Body = 1 << 20
-
 // post sends POST path with body and returns the status, the body and the
 // Retry-After header (empty when absent). The whole exchange, dial
 // included, is bounded by the pool's timeout and by ctx.
@@ -248,14 +245,14 @@ func (c *h1Conn) exchange(host, path, token string, body []byte) (status int, ra
 	case chunked:
 		raw, err = c.chunks()
 	case length >= 0:
-		if length > maxH1Body {
+		if length > maxAnswerBytes {
 			return 0, nil, "", false, true, fmt.Errorf("answer of %d bytes", length)
 		}
 		raw = make([]byte, length)
 		_, err = io.ReadFull(c.r, raw)
 	default:
 		// No length: the body runs to the connection's end.
-		raw, err = io.ReadAll(io.LimitReader(c.r, maxH1Body))
+		raw, err = io.ReadAll(io.LimitReader(c.r, maxAnswerBytes))
 		keep = false
 	}
 	if err != nil {
@@ -302,8 +299,8 @@ func (c *h1Conn) chunks() ([]byte, error) {
 				}
 			}
 		}
-		if len(body)+int(n) > maxH1Body {
-			return nil, fmt.Errorf("answer longer than %d bytes", maxH1Body)
+		if len(body)+int(n) > maxAnswerBytes {
+			return nil, fmt.Errorf("answer longer than %d bytes", maxAnswerBytes)
 		}
 		start := len(body)
 		body = append(body, make([]byte, n)...)

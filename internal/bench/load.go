@@ -66,6 +66,10 @@ func createCourses(ctx context.Context, c *http.Client, base, token string, ids 
 	return first
 }
 
+// maxAnswerBytes bounds the body of an answer the bench reads, through
+// net/http (post) or its own client (h1Pool).
+const maxAnswerBytes = 1 << 20
+
 // post sends JSON (with the bearer token, if any) and reads the whole
 // answer, so the connection is reused.
 func post(ctx context.Context, c *http.Client, url, token string, body []byte) (int, []byte, http.Header, error) {
@@ -82,7 +86,7 @@ func post(ctx context.Context, c *http.Client, url, token string, body []byte) (
 		return 0, nil, nil, err
 	}
 	defer resp.Body.Close()
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswerBytes))
 	return resp.StatusCode, raw, resp.Header, err
 }
 
