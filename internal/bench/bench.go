@@ -184,10 +184,7 @@ func Run(ctx context.Context, o Options, arm Arm) (*Result, error) {
 		sleep: o.Scenario.Sleep, maxRetries: o.MaxRetries, start: start, rec: rec,
 		churn: o.Churn, holdSeat: o.HoldSeat, waitlist: o.Waitlist,
 	}
-	if h1, ok := newH1Pool(arm.URL, o.Timeout); ok {
-		en.h1 = h1
-		defer h1.close()
-	}
+	defer en.useH1(o.Timeout)()
 	d := &driver{sc: o.Scenario, clock: wallClock{start: start}, iteration: en.iteration, onDrop: rec.Drop}
 	stopProgress := make(chan struct{})
 	progressDone := make(chan struct{})

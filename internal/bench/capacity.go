@@ -375,10 +375,7 @@ func capacityArm(ctx context.Context, o CapacityOptions, arm Arm, scope string) 
 
 	rec := &capacityRecorder{window: o.Window}
 	en := &enroller{client: client, base: arm.URL, token: arm.Token, courses: courses, students: o.Students}
-	if h1, ok := newH1Pool(arm.URL, o.Timeout); ok {
-		en.h1 = h1
-		defer h1.close()
-	}
+	defer en.useH1(o.Timeout)()
 	start := time.Now()
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()

@@ -199,6 +199,17 @@ func (e *enroller) iteration(ctx context.Context, n int, _ time.Duration) {
 	sleepCtx(ctx, e.sleep)
 }
 
+// useH1 sends the enrollment POSTs through the bench's own HTTP/1.1 client
+// when base is plain http://host:port; the returned func closes it.
+func (e *enroller) useH1(timeout time.Duration) (closeH1 func()) {
+	h1, ok := newH1Pool(e.base, timeout)
+	if !ok {
+		return func() {}
+	}
+	e.h1 = h1
+	return h1.close
+}
+
 // post sends an enrollment POST through h1 when set, else through client.
 func (e *enroller) post(ctx context.Context, path string, body []byte) (int, []byte, http.Header, error) {
 	if e.h1 == nil {
