@@ -42,13 +42,9 @@ func testStack(t *testing.T, dataDir string) *stack {
 
 func testStackOptions(t *testing.T, dataDir string) stackOptions {
 	t.Helper()
-	ports := make([]int, 5)
-	for i := range ports {
-		p, err := devstack.FreePort()
-		if err != nil {
-			t.Fatal(err)
-		}
-		ports[i] = p
+	ports, err := devstack.FreePorts(5)
+	if err != nil {
+		t.Fatal(err)
 	}
 	o := stackOptions{
 		DataDir:      dataDir,

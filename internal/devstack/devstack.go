@@ -32,22 +32,49 @@ const startTimeout = 60 * time.Second
 // connection before the server binds it; with several stacks starting in
 // parallel that made Postgres fail with "Address already in use".
 func FreePort() (int, error) {
-	lo, hi := belowEphemeralRange()
-	for range 100 {
-		port := lo + rand.IntN(hi-lo)
-		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
-		if err != nil {
-			continue
-		}
-		l.Close()
-		return port, nil
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	ports, err := FreePorts(1)
 	if err != nil {
-		return 0, fmt.Errorf("find a free port on 127.0.0.1: %w", err)
+		return 0, err
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return ports[0], nil
+}
+
+// FreePorts returns n different free ports, picked as FreePort picks one.
+// Each stays bound until all are chosen: ports picked one by one are released
+// in between, so two picks could return the same port and a stack would then
+// give it to two of its servers.
+func FreePorts(n int) ([]int, error) {
+	lo, hi := belowEphemeralRange()
+	return pickPorts(n, func() int { return lo + rand.IntN(hi-lo) })
+}
+
+// pickPorts binds each candidate until n are bound, then releases them all.
+// After 100 refused candidates in a row it takes one from the kernel.
+func pickPorts(n int, candidate func() int) ([]int, error) {
+	held := make([]net.Listener, 0, n)
+	defer func() {
+		for _, l := range held {
+			l.Close()
+		}
+	}()
+	ports := make([]int, 0, n)
+	for len(ports) < n {
+		var l net.Listener
+		var err error
+		for range 100 {
+			if l, err = net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", candidate())); err == nil {
+				break
+			}
+		}
+		if l == nil {
+			if l, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+				return nil, fmt.Errorf("find a free port on 127.0.0.1: %w", err)
+			}
+		}
+		held = append(held, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
 }
 
 // belowEphemeralRange is where FreePort picks: from 10000 up to the start of

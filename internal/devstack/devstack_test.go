@@ -581,6 +581,35 @@ func temporalBinary(t *testing.T) string {
 	return bin
 }
 
+func TestFreePortsAreDifferent(t *testing.T) {
+	ports, err := FreePorts(50)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[int]bool{}
+	for _, p := range ports {
+		if seen[p] {
+			t.Fatalf("port %d handed out twice in %v", p, ports)
+		}
+		seen[p] = true
+	}
+	// The picker offers the same port again: it must be passed over, since
+	// the first is still held, not released and handed out a second time.
+	base, err := FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	offers := []int{base, base, base, base + 1, base + 2}
+	i := 0
+	got, err := pickPorts(2, func() int { i++; return offers[(i-1)%len(offers)] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got[0] == got[1] || got[0] != base {
+		t.Fatalf("picked %v from offers %v: want %d then another port", got, offers, base)
+	}
+}
+
 func TestFreePortIsOutsideTheEphemeralRange(t *testing.T) {
 	lo, hi := belowEphemeralRange()
 	for range 20 {
