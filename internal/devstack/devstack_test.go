@@ -258,11 +258,15 @@ func TestTemporalRestartKeepsSearchAttributes(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
+	ports, err := FreePorts(2)
+	if err != nil {
+		t.Fatal(err)
+	}
 	opts := TemporalOptions{
 		Binary:    bin,
 		DBFile:    filepath.Join(dir, "temporal.db"),
-		Port:      freePort(t),
-		UIPort:    freePort(t),
+		Port:      ports[0],
+		UIPort:    ports[1],
 		Namespace: "claimflow",
 		SearchAttributes: map[string]string{
 			"ClaimId":     "Keyword",
