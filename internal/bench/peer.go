@@ -76,7 +76,7 @@ func ensurePeerSchema(ctx context.Context, db *pgxpool.Pool) error {
 			return err
 		}
 		if _, err := tx.Exec(ctx, peerDDL); err != nil {
-			return fmt.Errorf("create peer tables: %w", err)
+			return fmt.Errorf("create the peer's tables as MIGRATE_DATABASE_URL's role (the schema owner; the services' runtime role may not create tables): %w", err)
 		}
 		return nil
 	})
