@@ -65,6 +65,8 @@ func runDev(ctx context.Context, cfg appconfig.Config, log *slog.Logger, args []
 	} else {
 		fmt.Fprintf(os.Stderr, "services outside this process need: DATABASE_URL='%s' KAFKA_BROKERS=%s TEMPORAL_ADDRESS=%s JWT_SECRET=$(cat %s)\n",
 			appconfig.RedactURL(s.Config.DatabaseURL), strings.Join(s.Config.KafkaBrokers, ","), s.Config.TemporalAddress, filepath.Join(s.Options.DataDir, appconfig.SecretFile))
+		fmt.Fprintf(os.Stderr, "claimflow migrate and the bench's outbox peer also need the schema owner's: MIGRATE_DATABASE_URL='%s'\n",
+			appconfig.RedactURL(s.Config.MigrateDatabaseURL))
 	}
 	fmt.Fprintln(os.Stderr, "stop with Ctrl-C (SIGINT) or SIGTERM")
 
