@@ -332,6 +332,9 @@ type Comparison struct {
 
 // Compare runs claimflow, then the peer, with the same scenario.
 func Compare(ctx context.Context, o Options, claimflow Arm) (*Comparison, error) {
+	if err := peerTablesFirst(ctx, o.DB, o.PeerDB); err != nil {
+		return nil, err
+	}
 	cf, err := Run(ctx, o, claimflow)
 	if err != nil {
 		return nil, fmt.Errorf("claimflow arm: %w", err)

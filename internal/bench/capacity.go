@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -201,23 +200,18 @@ func RunCapacity(ctx context.Context, o CapacityOptions, claimflow Arm) (*Capaci
 		StartRate: o.StartRate, StepRate: o.StepRate, StepDuration: o.StepDuration.Seconds(), Window: o.Window.Seconds(),
 		P95Limit: ms(o.P95Limit), MinDecided: o.MinDecided, MaxVUs: o.maxVUs(),
 	}}
-	peerOpts := o
-	if o.PeerDB != nil {
-		peerOpts.DB = o.PeerDB // the peer's tables and its drain
-	}
-	// The peer's tables first: a role that may not create them ends the run
-	// now rather than after the claimflow arm's minutes.
-	if peerOpts.DB == nil {
-		return nil, errors.New("the outbox peer needs a database: set CapacityOptions.DB or PeerDB")
-	}
-	if err := ensurePeerSchema(ctx, peerOpts.DB); err != nil {
-		return nil, fmt.Errorf("the outbox peer, before either arm: %w", err)
+	if err := peerTablesFirst(ctx, o.DB, o.PeerDB); err != nil {
+		return nil, err
 	}
 	cf, err := capacityArm(ctx, o, claimflow, "the bench process: load generator only")
 	if err != nil {
 		return nil, fmt.Errorf("claimflow arm: %w", err)
 	}
 	out.Claimflow = cf
+	peerOpts := o
+	if o.PeerDB != nil {
+		peerOpts.DB = o.PeerDB // the peer's tables and its drain
+	}
 	peer, err := StartPeer(ctx, PeerOptions{DB: peerOpts.DB, Kafka: o.Kafka, Log: o.Log})
 	if err != nil {
 		return nil, fmt.Errorf("start peer: %w", err)

@@ -91,6 +91,22 @@ type Peer struct {
 	done   chan struct{}
 }
 
+// peerTablesFirst creates the peer's tables on peerDB (db when nil) before
+// a run with two arms starts its first, claimflow's: a role that may not
+// create them ends the run at once rather than after claimflow's minutes.
+func peerTablesFirst(ctx context.Context, db, peerDB *pgxpool.Pool) error {
+	if peerDB == nil {
+		peerDB = db
+	}
+	if peerDB == nil {
+		return errors.New("the outbox peer needs a database: set DB or PeerDB")
+	}
+	if err := ensurePeerSchema(ctx, peerDB); err != nil {
+		return fmt.Errorf("the outbox peer, before either arm: %w", err)
+	}
+	return nil
+}
+
 // PeerOptions configures StartPeer.
 type PeerOptions struct {
 	DB    *pgxpool.Pool
