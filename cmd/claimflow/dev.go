@@ -1,8 +1,6 @@
 package main
 
 import (
-	"strings"
-
 	appconfig "github.com/claimflow/claimflow/internal/config"
 	"github.com/claimflow/claimflow/internal/services"
 
@@ -11,7 +9,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"time"
 )
 
@@ -63,8 +60,7 @@ func runDev(ctx context.Context, cfg appconfig.Config, log *slog.Logger, args []
 		fmt.Fprintf(os.Stderr, "try: curl -s -XPOST %s/v1/courses -H \"authorization: Bearer $TOKEN\" -H 'content-type: application/json' -d '{\"id\":\"cs101\",\"title\":\"Intro\",\"capacity\":20}'\n",
 			"http://"+s.API.Addr)
 	} else {
-		fmt.Fprintf(os.Stderr, "services outside this process need: DATABASE_URL='%s' KAFKA_BROKERS=%s TEMPORAL_ADDRESS=%s JWT_SECRET=$(cat %s)\n",
-			appconfig.RedactURL(s.Config.DatabaseURL), strings.Join(s.Config.KafkaBrokers, ","), s.Config.TemporalAddress, filepath.Join(s.Options.DataDir, appconfig.SecretFile))
+		fmt.Fprintf(os.Stderr, "services outside this process need: %s\n", services.ShellLine(s.OutsideEnv()))
 		fmt.Fprintf(os.Stderr, "claimflow migrate and the bench's outbox peer also need the schema owner's: MIGRATE_DATABASE_URL='%s'\n",
 			appconfig.RedactURL(s.Config.MigrateDatabaseURL))
 	}
