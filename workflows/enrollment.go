@@ -35,6 +35,12 @@ type EnrollmentInput struct {
 	// Promoted says the seat came from the waitlist: the run publishes
 	// enrollment.promoted before enrollment.confirmed.
 	Promoted bool `json:",omitempty"`
+	// OccurredAt is the time on the events a batch run may already have
+	// published for this enrollment before handing it over: the run
+	// publishes the same payload under the same event ID, so copies on the
+	// topic stay identical. Zero for every other run, which stamps its
+	// events with its own workflow time.
+	OccurredAt time.Time `json:",omitzero"`
 	// StarterUpdateID is the ID of the decision update of the request that
 	// starts the run, and AnswerWait how long that request waits for its
 	// answer (the API's decision wait): the run answers that update as the
@@ -130,7 +136,10 @@ func (e *enrollment) run(ctx workflow.Context) (err error) {
 		return err
 	}
 
-	occurredAt := workflow.Now(ctx).UTC()
+	occurredAt := e.in.OccurredAt
+	if occurredAt.IsZero() {
+		occurredAt = workflow.Now(ctx).UTC()
+	}
 	if e.in.Promoted {
 		// Downstream hears that the seat came from the waitlist, then, as
 		// for any enrollment, that it is confirmed.

@@ -211,7 +211,7 @@ func runBatch(ctx workflow.Context, in EnrollmentBatchInput, state *BatchState, 
 		// as a single enrollment would; this batch is done with them.
 		s.forget()
 		state.Status = StatusDeadLettered
-		return handOff(ctx, granted, state)
+		return handOff(ctx, granted, occurredAt, state)
 	}
 
 	// The events are out: the seats belong to the students.
@@ -247,13 +247,16 @@ func confirmed(decisions []Decision) []Decision {
 	return out
 }
 
-// handOff starts an Enrollment run per enrollment, from its publish step on.
+// handOff starts an Enrollment run per enrollment, from its publish step on,
+// with the batch's event time.
 // The children outlive this run (ParentClosePolicy abandon): an operator may
 // take days to decide about a dead letter.
-func handOff(ctx workflow.Context, granted []EnrollmentInput, state *BatchState) error {
+func handOff(ctx workflow.Context, granted []EnrollmentInput, occurredAt time.Time, state *BatchState) error {
 	var futures []workflow.ChildWorkflowFuture
 	for _, c := range granted {
-		c.Reserved = true
+		// Some of the batch's events may be on the topic already (a
+		// publish whose acks were lost): the child's copy must match.
+		c.Reserved, c.OccurredAt = true, occurredAt
 		cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{
 			// The enrollment ID keeps the child apart from any earlier run
 			// of the same student and course still finishing its own work.

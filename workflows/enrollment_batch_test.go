@@ -659,8 +659,8 @@ func TestEnrollmentBatch(t *testing.T) {
 				require.Len(t, children, 2)
 				for _, c := range pairGranted {
 					want := c
-					want.Reserved = true
-					assert.Equal(t, want, children[child(c)], "child %s starts at its publish step", child(c))
+					want.Reserved, want.OccurredAt = true, testStart
+					assert.Equal(t, want, children[child(c)], "child %s starts at its publish step, with the batch's event time", child(c))
 				}
 				assert.Equal(t, []string{testWorkflowID, testWorkflowID}, r.childParents)
 				assert.Zero(t, f.callCount(workflows.ReserveSeat.Name), "children reserve nothing again")
@@ -678,6 +678,18 @@ func TestEnrollmentBatch(t *testing.T) {
 					d, ok := byEnrollment[c.EnrollmentID]
 					require.True(t, ok, "dead letter of %s", c.EnrollmentID)
 					assert.Equal(t, eventID, d.In.Message.Event.ID, "the child's event has the batch's event ID")
+					// A batch publish may have reached the topic with its
+					// acks lost: the child's copy must be the same record.
+					var batchCopy *workflows.Message
+					for i, m := range attempts[0].In.Messages {
+						if m.Event.ID == eventID {
+							batchCopy = &attempts[0].In.Messages[i]
+						}
+					}
+					require.NotNil(t, batchCopy, "the batch published %s", eventID)
+					assert.True(t, d.In.Message.Event.OccurredAt.Equal(batchCopy.Event.OccurredAt),
+						"%s: the child's occurred_at %v, the batch's %v", eventID, d.In.Message.Event.OccurredAt, batchCopy.Event.OccurredAt)
+					assert.Equal(t, batchCopy.Event.Data, d.In.Message.Event.Data, "%s: the child's data is the batch's", eventID)
 					assert.Equal(t, c.CourseID, d.In.Message.Key)
 					assert.Equal(t, child(c), d.In.WorkflowID, "dead-lettered by the child run")
 					assert.Equal(t, 1, d.In.Round)
