@@ -51,6 +51,7 @@ import (
 	"net"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -242,10 +243,13 @@ type Server struct {
 	countLeft int
 	loseLeft  int
 	attempts  map[string]int // per event, since the setting was set
-	events    map[string]*Event
-	ledger    []Delivery
-	total     Stats
-	byTopic   map[string]*Stats
+	events    map[string]*event
+	ledger    []delivery
+	// topics interns the topic names events and deliveries refer to.
+	topics   []string
+	topicIdx map[string]uint16
+	total    Stats
+	byTopic  map[string]*Stats
 	// order lists event IDs first seen first; order[head:] are remembered.
 	order  []string
 	head   int
@@ -260,7 +264,8 @@ func New() *Server {
 	return &Server{
 		setting:  Setting{Mode: Healthy},
 		attempts: map[string]int{},
-		events:   map[string]*Event{},
+		events:   map[string]*event{},
+		topicIdx: map[string]uint16{},
 		byTopic:  map[string]*Stats{},
 		retain:   Retain,
 	}
@@ -278,13 +283,65 @@ func (s *Server) remember(id string) {
 		delete(s.attempts, old)
 		s.total.Forgotten++
 	}
-	if s.head > 0 && s.head >= len(s.order)/2 {
-		// Compact once half the list is forgotten, so the work per event
-		// stays constant; the ledger goes with it.
+	if s.head > 0 && s.head >= max(s.retain/4, 1) {
+		// Compact once a quarter of retain is forgotten: the ledger holds
+		// the deliveries of at most 1.25 × retain events, and the work per
+		// event stays constant.
 		s.order = slices.Clone(s.order[s.head:])
 		s.head = 0
-		s.ledger = slices.DeleteFunc(s.ledger, func(d Delivery) bool { return s.events[d.Key] == nil })
+		s.ledger = slices.DeleteFunc(s.ledger, func(d delivery) bool { return s.events[d.key] == nil })
 	}
+}
+
+// event is what the simulator keeps of one event ID, and delivery of one
+// attempt: compact, since the Retain events of a loaded `claimflow dev`
+// are a large share of its heap. Event and Delivery are their exported
+// forms.
+type event struct {
+	id          string // the map key, order and ledger entries share it
+	firstAt     int64  // Unix nanoseconds
+	deliveredAt int64  // 0 until accepted
+	lastError   string
+	attempts    int32
+	topic       uint16 // index in Server.topics
+	delivered   bool
+}
+
+type delivery struct {
+	key    string // the event's id
+	at     int64  // Unix nanoseconds
+	body   [sha256.Size]byte
+	topic  uint16
+	result uint8 // index in results
+}
+
+// results are the values of delivery.result.
+var results = [...]Result{Accepted, Duplicate, Rejected, Outage}
+
+func resultCode(r Result) uint8 { return uint8(slices.Index(results[:], r)) }
+
+// topic interns a topic name. Called with mu held.
+func (s *Server) topic(name string) uint16 {
+	if i, ok := s.topicIdx[name]; ok {
+		return i
+	}
+	i := uint16(len(s.topics))
+	s.topics = append(s.topics, strings.Clone(name))
+	s.topicIdx[s.topics[i]] = i
+	return i
+}
+
+func (s *Server) exportEvent(e *event) Event {
+	out := Event{EventID: e.id, Topic: s.topics[e.topic], Attempts: int(e.attempts), Delivered: e.delivered,
+		FirstAt: time.Unix(0, e.firstAt), LastError: e.lastError}
+	if e.deliveredAt != 0 {
+		out.DeliveredAt = time.Unix(0, e.deliveredAt)
+	}
+	return out
+}
+
+func (s *Server) exportDelivery(d delivery) Delivery {
+	return Delivery{Key: d.key, Topic: s.topics[d.topic], At: time.Unix(0, d.at), Body: hex.EncodeToString(d.body[:]), Result: results[d.result]}
 }
 
 // Start serves a new simulator on addr ("127.0.0.1:0" picks a free port).
@@ -413,7 +470,7 @@ func (s *Server) Event(id string) (Event, bool) {
 	if !ok {
 		return Event{}, false
 	}
-	return *e, true
+	return s.exportEvent(e), true
 }
 
 // LedgerReport is the answer of GET /admin/deliveries.
@@ -429,8 +486,8 @@ func (s *Server) Deliveries(topic string) []Delivery {
 	defer s.mu.Unlock()
 	out := make([]Delivery, 0, len(s.ledger))
 	for _, d := range s.ledger {
-		if topic == "" || d.Topic == topic {
-			out = append(out, d)
+		if topic == "" || s.topics[d.topic] == topic {
+			out = append(out, s.exportDelivery(d))
 		}
 	}
 	return out
@@ -477,17 +534,17 @@ func (s *Server) apply(req consumer.WebhookRequest) (resp consumer.WebhookRespon
 		lost = true
 	}
 	resp = consumer.WebhookResponse{Results: make([]consumer.WebhookResult, 0, len(req.Notifications))}
-	now := time.Now()
+	now := time.Now().UnixNano()
 	counted := map[string]bool{}
 	for _, n := range req.Notifications {
-		d := Delivery{Key: n.EventID, Topic: n.Topic, At: now, Body: bodyDigest(n)}
 		e := s.events[n.EventID]
 		if e == nil {
-			e = &Event{EventID: n.EventID, Topic: n.Topic, FirstAt: now}
-			s.events[n.EventID] = e
-			s.remember(n.EventID)
+			e = &event{id: n.EventID, topic: s.topic(n.Topic), firstAt: now}
+			s.events[e.id] = e
+			s.remember(e.id)
 		}
-		e.Attempts++
+		d := delivery{key: e.id, topic: s.topic(n.Topic), at: now, body: bodyDigest(n)}
+		e.attempts++
 		ts := s.byTopic[n.Topic]
 		if ts == nil {
 			ts = &Stats{}
@@ -501,8 +558,8 @@ func (s *Server) apply(req consumer.WebhookRequest) (resp consumer.WebhookRespon
 			}
 		}
 		if outage {
-			e.LastError = "outage"
-			d.Result = Outage
+			e.lastError = "outage"
+			d.result = resultCode(Outage)
 			s.ledger = append(s.ledger, d)
 			continue
 		}
@@ -511,26 +568,26 @@ func (s *Server) apply(req consumer.WebhookRequest) (resp consumer.WebhookRespon
 		if s.rejects(n.EventID) {
 			s.total.Rejected++
 			ts.Rejected++
-			e.LastError = fmt.Sprintf("rejected (simulated failure, attempt %d)", s.attempts[n.EventID])
+			e.lastError = fmt.Sprintf("rejected (simulated failure, attempt %d)", s.attempts[n.EventID])
 			resp.Results = append(resp.Results, consumer.WebhookResult{EventID: n.EventID, Status: consumer.WebhookRejected,
-				Error: e.LastError})
-			d.Result = Rejected
+				Error: e.lastError})
+			d.result = resultCode(Rejected)
 			s.ledger = append(s.ledger, d)
 			continue
 		}
-		if e.Delivered {
+		if e.delivered {
 			s.total.Duplicates++
 			ts.Duplicates++
 			resp.Results = append(resp.Results, consumer.WebhookResult{EventID: n.EventID, Status: consumer.WebhookDuplicate})
-			d.Result = Duplicate
+			d.result = resultCode(Duplicate)
 			s.ledger = append(s.ledger, d)
 			continue
 		}
-		e.Delivered, e.DeliveredAt, e.LastError = true, now, ""
+		e.delivered, e.deliveredAt, e.lastError = true, now, ""
 		s.total.Delivered++
 		ts.Delivered++
 		resp.Results = append(resp.Results, consumer.WebhookResult{EventID: n.EventID, Status: consumer.WebhookAccepted})
-		d.Result = Accepted
+		d.result = resultCode(Accepted)
 		s.ledger = append(s.ledger, d)
 	}
 	return resp, outage, lost
@@ -538,13 +595,12 @@ func (s *Server) apply(req consumer.WebhookRequest) (resp consumer.WebhookRespon
 
 // bodyDigest hashes a notification as decoded and encoded again, so the
 // batch it came in and its position there do not matter.
-func bodyDigest(n consumer.WebhookNotification) string {
+func bodyDigest(n consumer.WebhookNotification) [sha256.Size]byte {
 	b, err := json.Marshal(n)
 	if err != nil {
-		return "unencodable: " + err.Error()
+		b = []byte("unencodable: " + err.Error())
 	}
-	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:])
+	return sha256.Sum256(b)
 }
 
 // rejects counts an attempt at id and says whether this setting refuses it.

@@ -125,8 +125,8 @@ func TestMemoryIsBounded(t *testing.T) {
 		t.Errorf("e15 = %+v, %v; want remembered, delivered, 2 attempts", e, ok)
 	}
 	ds := s.Deliveries("")
-	if len(ds) > 2*2*10 {
-		t.Errorf("ledger holds %d deliveries; it must not grow past twice the retained events' share", len(ds))
+	if maxEvents := 10 + 10/4; len(ds) > 2*maxEvents {
+		t.Errorf("ledger holds %d deliveries; it must hold those of at most %d events (retain + retain/4)", len(ds), maxEvents)
 	}
 	keys := map[string]bool{}
 	for _, d := range ds {
