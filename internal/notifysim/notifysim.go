@@ -315,10 +315,15 @@ type delivery struct {
 	result uint8 // index in results
 }
 
-// results are the values of delivery.result.
-var results = [...]Result{Accepted, Duplicate, Rejected, Outage}
+// Values of delivery.result, and the Result each stands for.
+const (
+	resAccepted uint8 = iota
+	resDuplicate
+	resRejected
+	resOutage
+)
 
-func resultCode(r Result) uint8 { return uint8(slices.Index(results[:], r)) }
+var results = [...]Result{resAccepted: Accepted, resDuplicate: Duplicate, resRejected: Rejected, resOutage: Outage}
 
 // topic interns a topic name. Called with mu held.
 func (s *Server) topic(name string) uint16 {
@@ -537,13 +542,14 @@ func (s *Server) apply(req consumer.WebhookRequest) (resp consumer.WebhookRespon
 	now := time.Now().UnixNano()
 	counted := map[string]bool{}
 	for _, n := range req.Notifications {
+		topic := s.topic(n.Topic)
 		e := s.events[n.EventID]
 		if e == nil {
-			e = &event{id: n.EventID, topic: s.topic(n.Topic), firstAt: now}
+			e = &event{id: n.EventID, topic: topic, firstAt: now}
 			s.events[e.id] = e
 			s.remember(e.id)
 		}
-		d := delivery{key: e.id, topic: s.topic(n.Topic), at: now, body: bodyDigest(n)}
+		d := delivery{key: e.id, topic: topic, at: now, body: bodyDigest(n)}
 		e.attempts++
 		ts := s.byTopic[n.Topic]
 		if ts == nil {
@@ -559,7 +565,7 @@ func (s *Server) apply(req consumer.WebhookRequest) (resp consumer.WebhookRespon
 		}
 		if outage {
 			e.lastError = "outage"
-			d.result = resultCode(Outage)
+			d.result = resOutage
 			s.ledger = append(s.ledger, d)
 			continue
 		}
@@ -571,7 +577,7 @@ func (s *Server) apply(req consumer.WebhookRequest) (resp consumer.WebhookRespon
 			e.lastError = fmt.Sprintf("rejected (simulated failure, attempt %d)", s.attempts[n.EventID])
 			resp.Results = append(resp.Results, consumer.WebhookResult{EventID: n.EventID, Status: consumer.WebhookRejected,
 				Error: e.lastError})
-			d.result = resultCode(Rejected)
+			d.result = resRejected
 			s.ledger = append(s.ledger, d)
 			continue
 		}
@@ -579,7 +585,7 @@ func (s *Server) apply(req consumer.WebhookRequest) (resp consumer.WebhookRespon
 			s.total.Duplicates++
 			ts.Duplicates++
 			resp.Results = append(resp.Results, consumer.WebhookResult{EventID: n.EventID, Status: consumer.WebhookDuplicate})
-			d.result = resultCode(Duplicate)
+			d.result = resDuplicate
 			s.ledger = append(s.ledger, d)
 			continue
 		}
@@ -587,7 +593,7 @@ func (s *Server) apply(req consumer.WebhookRequest) (resp consumer.WebhookRespon
 		s.total.Delivered++
 		ts.Delivered++
 		resp.Results = append(resp.Results, consumer.WebhookResult{EventID: n.EventID, Status: consumer.WebhookAccepted})
-		d.result = resultCode(Accepted)
+		d.result = resAccepted
 		s.ledger = append(s.ledger, d)
 	}
 	return resp, outage, lost
