@@ -21,6 +21,11 @@ type capacityRun struct {
 	dataDir string
 	jsonOut string
 	plotOut string
+	// pids and metrics are what each window's stage table reads (--pid,
+	// --metrics); noMetrics says why there are no metrics, when so.
+	pids      []int
+	metrics   []string
+	noMetrics string
 }
 
 func parseCapacity(env benchEnv, args []string, stderr io.Writer) (capacityRun, error) {
@@ -46,6 +51,9 @@ func parseCapacity(env benchEnv, args []string, stderr io.Writer) (capacityRun, 
 	fs.StringVar(&r.plotOut, "plot", "", "draw throughput and latency percentiles per second into this PNG")
 	fs.StringVar(&r.token, "token", "", "bearer token for the claimflow API (an admin's); default: one minted from JWT_SECRET or <data-dir>/jwt-secret when there is one")
 	fs.StringVar(&r.dataDir, "data-dir", ".claimflow", "the 'claimflow dev' data dir whose jwt-secret signs the default token")
+	var pidFlags, metrics stringList
+	fs.Var(&pidFlags, "pid", "process whose CPU, with its descendants', each window's stage table shows, in both arms (repeatable; e.g. the 'claimflow dev' process and the Postgres postmaster)")
+	fs.Var(&metrics, "metrics", "claimflow /metrics URL each window's stage table is read from (repeatable: the API's, and the worker's when it runs apart); default: the API's, at INTERNAL_HTTP_ADDR when set, else --target")
 	if err := fs.Parse(args); err != nil {
 		return r, err
 	}
@@ -75,6 +83,16 @@ func parseCapacity(env benchEnv, args []string, stderr io.Writer) (capacityRun, 
 	o.Progress = stderr
 	r.opts = o
 	r.target = strings.TrimRight(r.target, "/")
+	pids, err := bench.ParsePIDs(pidFlags)
+	if err != nil {
+		return r, err
+	}
+	r.pids = pids
+	if len(metrics) > 0 {
+		r.metrics = metrics
+	} else {
+		r.metrics, r.noMetrics = defaultMetrics(env, r.target, set["target"])
+	}
 	return r, o.Validate()
 }
 
@@ -105,7 +123,8 @@ func runCapacity(ctx context.Context, env benchEnv, log *slog.Logger, args []str
 			return err
 		}
 	}
-	c, err := bench.RunCapacity(ctx, o, bench.Arm{Name: "claimflow", URL: r.target, Schema: bench.ClaimflowSchema, Token: token})
+	c, err := bench.RunCapacity(ctx, o, bench.Arm{Name: "claimflow", URL: r.target, Schema: bench.ClaimflowSchema, Token: token,
+		PIDs: r.pids, Metrics: r.metrics, NoMetrics: r.noMetrics})
 	if err != nil {
 		return err
 	}

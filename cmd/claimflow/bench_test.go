@@ -236,6 +236,7 @@ func TestBenchQuick(t *testing.T) {
 			if m != lastHeld {
 				t.Errorf("%s: max_held_rps %v, but the last held step is %v", name, m, lastHeld)
 			}
+			checkWindowStages(t, name, steps)
 		}
 		want := 0.0
 		if held["peer"] > 0 {
@@ -397,6 +398,55 @@ func checkStageTable(t *testing.T, arm map[string]any) {
 	}
 	if _, ok := st["machine_busy_share"].(float64); !ok {
 		t.Errorf("machine_busy_share = %v", st["machine_busy_share"])
+	}
+}
+
+// checkWindowStages checks that every judged window of a capacity arm
+// says where its time went: claimflow's from the API's histograms (every
+// window decided claims, so its batcher wait and its runs counted some),
+// the peer's without metrics, and both with the bench's CPU.
+func checkWindowStages(t *testing.T, arm string, steps []any) {
+	t.Helper()
+	for i, raw := range steps {
+		wins, _ := raw.(map[string]any)["windows"].([]any)
+		for k, rw := range wins {
+			st, ok := rw.(map[string]any)["stages"].(map[string]any)
+			if !ok {
+				t.Errorf("%s step %d window %d: no stages", arm, i, k)
+				continue
+			}
+			counts := map[string]float64{}
+			stages, _ := st["stages"].([]any)
+			for _, rs := range stages {
+				r := rs.(map[string]any)
+				counts[r["name"].(string)], _ = r["count"].(float64)
+			}
+			switch arm {
+			case "claimflow":
+				for _, name := range []string{"batcher wait", "Update-With-Start round trip", "ReserveSeats (local activity)"} {
+					if counts[name] == 0 {
+						t.Errorf("%s step %d window %d: %q counted nothing (note %v)", arm, i, k, name, st["note"])
+					}
+				}
+			default:
+				if len(stages) != 0 || st["note"] != "the outbox peer serves no metrics" {
+					t.Errorf("%s step %d window %d: stages %v, note %v", arm, i, k, stages, st["note"])
+				}
+			}
+			var bench bool
+			cpu, _ := st["cpu"].([]any)
+			for _, rc := range cpu {
+				if p, _ := rc.(map[string]any)["process"].(string); strings.HasPrefix(p, "bench") {
+					bench = true
+				}
+			}
+			if !bench {
+				t.Errorf("%s step %d window %d: no CPU row of the bench: %v", arm, i, k, cpu)
+			}
+			if _, ok := st["machine_steal_share"].(float64); !ok {
+				t.Errorf("%s step %d window %d: machine_steal_share = %v", arm, i, k, st["machine_steal_share"])
+			}
+		}
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"net/http"
 	"slices"
 	"strconv"
 	"sync"
@@ -137,6 +138,11 @@ type CapacityWindow struct {
 	Status429  int     `json:"429"`
 	P95        float64 `json:"p95_ms"`
 	BrokenBy   string  `json:"broken_by,omitempty"`
+	// Stages is where the window's time went: the arm's /metrics
+	// histograms and the CPU of its --pid processes (and the bench's)
+	// between the window's edges, read by the wall clock, where its
+	// arrivals are counted by schedule. Nil when a reading is missing.
+	Stages *StageTable `json:"stages,omitempty"`
 }
 
 // CapacityStep is one rate held for StepDuration.
@@ -221,7 +227,10 @@ func RunCapacity(ctx context.Context, o CapacityOptions, claimflow Arm) (*Capaci
 		defer cancel()
 		_ = peer.Stop(stopCtx)
 	}()
-	pa, err := capacityArm(ctx, peerOpts, Arm{Name: "peer", URL: peer.URL(), Schema: PeerSchema}, "the bench process: load generator + peer API + relay")
+	// The peer's windows show the same processes' CPU (its relay and API
+	// run in the bench); it serves no metrics.
+	pa, err := capacityArm(ctx, peerOpts, Arm{Name: "peer", URL: peer.URL(), Schema: PeerSchema, PIDs: claimflow.PIDs,
+		NoMetrics: "the outbox peer serves no metrics"}, "the bench process: load generator + peer API + relay")
 	if err != nil {
 		return nil, fmt.Errorf("peer arm: %w", err)
 	}
@@ -394,10 +403,11 @@ func capacityArm(ctx context.Context, o CapacityOptions, arm Arm, scope string) 
 		}
 		rec.end(s)
 	}
+	perStep := int(o.StepDuration / o.Window)
+	probe := startWindowProbe(runCtx, arm, start, o.Window, len(rates)*perStep)
 	driven := make(chan DriveStats, 1)
 	go func() { driven <- d.run(runCtx) }()
 
-	perStep := int(o.StepDuration / o.Window)
 	cpuAt := cpuSeconds()
 	var all []capSample
 	var dropped []time.Duration
@@ -419,6 +429,7 @@ func capacityArm(ctx context.Context, o CapacityOptions, arm Arm, scope string) 
 				}
 			}
 			cw := rec.judge(w, o)
+			cw.Stages = probe.table(ctx, w)
 			step.Windows = append(step.Windows, cw)
 			step.Arrivals += cw.Arrivals
 			if cw.BrokenBy != "" && step.Held {
@@ -470,6 +481,58 @@ func capacityArm(ctx context.Context, o CapacityOptions, arm Arm, scope string) 
 	return res, nil
 }
 
+// windowProbe reads an arm's histograms and CPU at every window's edge, so
+// that each judged window, a broken one above all, shows where its time
+// went.
+type windowProbe struct {
+	urls     []string
+	note     string
+	readings []reading
+	// ready[w] is closed once readings[w] is taken.
+	ready []chan struct{}
+}
+
+// startWindowProbe reads at start, start+window, … for windows windows,
+// until ctx ends.
+func startWindowProbe(ctx context.Context, arm Arm, start time.Time, window time.Duration, windows int) *windowProbe {
+	p := &windowProbe{urls: arm.Metrics, note: arm.NoMetrics, readings: make([]reading, windows+1), ready: make([]chan struct{}, windows+1)}
+	for i := range p.ready {
+		p.ready[i] = make(chan struct{})
+	}
+	go func() {
+		c := &http.Client{Timeout: window}
+		defer c.CloseIdleConnections()
+		for w := range p.readings {
+			if !sleepCtx(ctx, time.Until(start.Add(time.Duration(w)*window))) {
+				return
+			}
+			p.readings[w] = takeReading(ctx, c, p.urls, arm.PIDs, start)
+			close(p.ready[w])
+		}
+	}()
+	return p
+}
+
+// table is window w's stage table once both its edges were read; nil if
+// ctx ended first.
+func (p *windowProbe) table(ctx context.Context, w int) *StageTable {
+	if w+1 >= len(p.ready) {
+		return nil
+	}
+	for _, edge := range []int{w, w + 1} {
+		select {
+		case <-p.ready[edge]:
+		case <-ctx.Done():
+			return nil
+		}
+	}
+	t := buildStageTable(p.urls, p.readings[w], p.readings[w+1])
+	if len(p.urls) == 0 && p.note != "" {
+		t.Note = p.note
+	}
+	return t
+}
+
 func minDecided(ws []CapacityWindow) float64 {
 	m := 1.0
 	for _, w := range ws {
@@ -507,6 +570,112 @@ func WriteCapacityTable(w io.Writer, c *Capacity) {
 		for _, s := range a.Steps {
 			fmt.Fprintf(w, "  %8g  %8d  %8.1f  %8.1f  %8.1f  %7.1fs  %s\n", s.RateRPS, s.Arrivals, s.Latency.P50, s.Latency.P95, s.Latency.P99, s.GeneratorCPUS, heldWord(s))
 		}
+		if n := len(a.Steps); n > 0 && !a.Steps[n-1].Held {
+			writeBrokenStep(w, a.Steps[n-1])
+		}
 	}
 	fmt.Fprintf(w, "\ncapacity ratio claimflow ÷ peer: %s\n", fx(c.Ratio))
+}
+
+// writeBrokenStep shows the step that broke window by window: each stage's
+// p95 and each process's CPU share, the windows that broke (*) beside
+// those that held.
+func writeBrokenStep(w io.Writer, s CapacityStep) {
+	var names, procs []string
+	seen := map[string]bool{}
+	var note string
+	found := false
+	for _, cw := range s.Windows {
+		t := cw.Stages
+		if t == nil {
+			continue
+		}
+		found = true
+		if t.Note != "" {
+			note = t.Note
+		}
+		for _, r := range t.Stages {
+			if !seen["s"+r.Name] {
+				seen["s"+r.Name] = true
+				names = append(names, r.Name)
+			}
+		}
+		for _, r := range t.CPU {
+			if !seen["p"+r.Process] {
+				seen["p"+r.Process] = true
+				procs = append(procs, r.Process)
+			}
+		}
+	}
+	if !found {
+		return
+	}
+	cells := func(label string, cell func(cw CapacityWindow) string) {
+		fmt.Fprintf(w, "    %-36s", label)
+		for _, cw := range s.Windows {
+			fmt.Fprintf(w, " %10s", cell(cw))
+		}
+		fmt.Fprintln(w)
+	}
+	row := func(label string, cell func(t *StageTable) string) {
+		cells(label, func(cw CapacityWindow) string {
+			if cw.Stages == nil {
+				return "—"
+			}
+			return cell(cw.Stages)
+		})
+	}
+	fmt.Fprintf(w, "  where the %g/s step's time went, window by window (p95; CPU as a share of all CPUs; * broke):\n", s.RateRPS)
+	fmt.Fprintf(w, "    %-36s", "window (s)")
+	for _, cw := range s.Windows {
+		mark := " "
+		if cw.BrokenBy != "" {
+			mark = "*"
+		}
+		span := cw.FromS
+		if cw.Stages != nil {
+			span = cw.FromS + cw.Stages.WindowS
+		}
+		fmt.Fprintf(w, " %10s", fmt.Sprintf("%g–%.0f%s", cw.FromS, span, mark))
+	}
+	fmt.Fprintln(w)
+	cells("client p95 (by arrival)", func(cw CapacityWindow) string { return fmtMS(cw.P95) })
+	if note != "" {
+		fmt.Fprintf(w, "    stages: %s\n", note)
+	}
+	for _, name := range names {
+		row(name, func(t *StageTable) string {
+			for _, r := range t.Stages {
+				switch {
+				case r.Name != name:
+				case r.Count == 0:
+					return "—"
+				case r.Unit == "claims":
+					return f1(*r.P95)
+				default:
+					return fmtMS(*r.P95MS)
+				}
+			}
+			return "—"
+		})
+	}
+	for _, proc := range procs {
+		row("CPU "+proc, func(t *StageTable) string {
+			for _, r := range t.CPU {
+				if r.Process == proc {
+					return fmt.Sprintf("%.0f%%", 100*r.Share)
+				}
+			}
+			return "0%"
+		})
+	}
+	row("machine busy", func(t *StageTable) string { return pct(t.MachineBusyShare) })
+	row("  of it steal", func(t *StageTable) string { return pct(t.MachineStealShare) })
+}
+
+func pct(v *float64) string {
+	if v == nil {
+		return "?"
+	}
+	return fmt.Sprintf("%.0f%%", 100**v)
 }

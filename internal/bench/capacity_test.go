@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"strings"
 	"testing"
 	"time"
 )
@@ -81,5 +82,56 @@ func TestCapacityStaircase(t *testing.T) {
 	}
 	if got, want := o.maxVUs(), 10_000; got != want {
 		t.Errorf("max VUs %d, want MaxRate × Timeout = %d", got, want)
+	}
+}
+
+func TestBrokenStepShowsEachWindowsStages(t *testing.T) {
+	table := func(wait, busy float64, claimflowCPU float64) *StageTable {
+		return &StageTable{WindowS: 5, CPUs: 2,
+			Stages: []StageRow{
+				{Name: "batcher wait", Count: 100, P50MS: ptr(10), P95MS: ptr(wait)},
+				{Name: "claims per batch", Count: 5, Unit: "claims", P50: ptr(20), P95: ptr(40)},
+				{Name: "ReserveSeats (local activity)", Count: 0, P50MS: ptr(0), P95MS: ptr(0)},
+			},
+			CPU:               []CPURow{{Process: "claimflow", CPUS: 2 * 5 * claimflowCPU, Share: claimflowCPU}},
+			MachineBusyShare:  ptr(busy),
+			MachineStealShare: ptr(0.02),
+		}
+	}
+	c := &Capacity{Claimflow: &CapacityArm{Name: "claimflow", MaxHeldRPS: 500, Steps: []CapacityStep{
+		{RateRPS: 500, Held: true, Windows: []CapacityWindow{{FromS: 0, P95: 80, Stages: table(20, 0.5, 0.3)}}},
+		{RateRPS: 750, BrokenBy: "p95 above 250ms", Windows: []CapacityWindow{
+			{FromS: 5, P95: 90, Stages: table(21, 0.6, 0.31)},
+			{FromS: 10, P95: 381, BrokenBy: "p95 above 250ms", Stages: table(312, 0.97, 0.35)},
+			{FromS: 15, P95: 95}, // its reading missed
+		}},
+	}}}
+	var b strings.Builder
+	WriteCapacityTable(&b, c)
+	out := b.String()
+	for _, want := range []string{
+		"where the 750/s step's time went",
+		"5–10", "10–15*",
+		"batcher wait", "312", // the broken window's stage
+		"claims per batch", "40.0",
+		"CPU claimflow", "35%",
+		"machine busy", "97%", "of it steal", "2%",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the table lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "where the 500/s step") {
+		t.Errorf("a held step is shown as broken:\n%s", out)
+	}
+	// A stage with nothing counted, and a window without a reading, show a
+	// dash, not a zero.
+	for _, line := range strings.Split(out, "\n") {
+		if strings.Contains(line, "ReserveSeats") && strings.Contains(line, " 0") {
+			t.Errorf("an empty stage shows a figure: %q", line)
+		}
+		if strings.Contains(line, "batcher wait") && !strings.HasSuffix(strings.TrimSpace(line), "—") {
+			t.Errorf("the window without a reading shows a figure: %q", line)
+		}
 	}
 }

@@ -128,10 +128,10 @@ func cpuGroups(procs map[int]procStat, roots []int, self int) map[int]string {
 type cpuSnapshot struct {
 	procs map[int]procStat
 	group map[int]string
-	// busy and total are the machine's CPU ticks from /proc/stat; ok is
-	// false when it could not be read.
-	busy, total uint64
-	machineOK   bool
+	// busy, steal and total are the machine's CPU ticks from /proc/stat;
+	// ok is false when it could not be read.
+	busy, steal, total uint64
+	machineOK          bool
 }
 
 func takeCPUSnapshot(roots []int, self int) (cpuSnapshot, error) {
@@ -141,7 +141,7 @@ func takeCPUSnapshot(roots []int, self int) (cpuSnapshot, error) {
 	}
 	s := cpuSnapshot{procs: procs, group: cpuGroups(procs, roots, self)}
 	if b, err := os.ReadFile("/proc/stat"); err == nil {
-		s.busy, s.total, err = parseMachineStat(b)
+		s.busy, s.steal, s.total, err = parseMachineStat(b)
 		s.machineOK = err == nil
 	}
 	return s, nil
@@ -149,21 +149,22 @@ func takeCPUSnapshot(roots []int, self int) (cpuSnapshot, error) {
 
 // parseMachineStat reads the "cpu" line of /proc/stat: total is user +
 // nice + system + idle + iowait + irq + softirq + steal (guest time is
-// already in user), busy is total less idle and iowait.
-func parseMachineStat(b []byte) (busy, total uint64, err error) {
+// already in user), busy is total less idle and iowait, and steal (in
+// busy) is the time a virtual machine's CPUs waited for the host.
+func parseMachineStat(b []byte) (busy, steal, total uint64, err error) {
 	line, _, _ := bytes.Cut(b, []byte("\n"))
 	f := strings.Fields(string(line))
 	if len(f) < 9 || f[0] != "cpu" {
-		return 0, 0, fmt.Errorf("no cpu line in /proc/stat")
+		return 0, 0, 0, fmt.Errorf("no cpu line in /proc/stat")
 	}
 	var v [8]uint64
 	for i := range v {
 		if v[i], err = strconv.ParseUint(f[i+1], 10, 64); err != nil {
-			return 0, 0, err
+			return 0, 0, 0, err
 		}
 		total += v[i]
 	}
-	return total - v[3] - v[4], total, nil
+	return total - v[3] - v[4], v[7], total, nil
 }
 
 // CPURow is one row of the CPU table: a command name's processes, their
@@ -236,5 +237,15 @@ func machineBusy(a, b cpuSnapshot) *float64 {
 		return nil
 	}
 	v := round3(float64(b.busy-a.busy) / float64(b.total-a.total))
+	return &v
+}
+
+// machineSteal is the share of the machine's CPU time between a and b
+// that its host took (steal), nil if unknown.
+func machineSteal(a, b cpuSnapshot) *float64 {
+	if !a.machineOK || !b.machineOK || b.total <= a.total || b.steal < a.steal {
+		return nil
+	}
+	v := round3(float64(b.steal-a.steal) / float64(b.total-a.total))
 	return &v
 }

@@ -30,9 +30,11 @@ type StageTable struct {
 	Stages  []StageRow `json:"stages"`
 	CPU     []CPURow   `json:"cpu"`
 	// CPUs is the number the shares divide by; MachineBusyShare is the
-	// whole machine's busy share from /proc/stat (null if unreadable).
-	CPUs             int      `json:"cpus"`
-	MachineBusyShare *float64 `json:"machine_busy_share"`
+	// whole machine's busy share from /proc/stat (null if unreadable), and
+	// MachineStealShare the part of it the virtual machine's host took.
+	CPUs              int      `json:"cpus"`
+	MachineBusyShare  *float64 `json:"machine_busy_share"`
+	MachineStealShare *float64 `json:"machine_steal_share"`
 }
 
 // StageRow is one stage: the histogram it is read from (metric and label
@@ -277,6 +279,7 @@ func buildStageTable(urls []string, a, b reading) *StageTable {
 	if a.cpu.procs != nil && b.cpu.procs != nil {
 		t.CPU = cpuRows(a.cpu, b.cpu, window, t.CPUs)
 		t.MachineBusyShare = machineBusy(a.cpu, b.cpu)
+		t.MachineStealShare = machineSteal(a.cpu, b.cpu)
 	}
 	return t
 }
@@ -321,6 +324,9 @@ func writeStageTable(w io.Writer, t *StageTable) {
 	busy := "unknown"
 	if t.MachineBusyShare != nil {
 		busy = fmt.Sprintf("%.1f%%", 100**t.MachineBusyShare)
+		if t.MachineStealShare != nil {
+			busy += fmt.Sprintf(", of it steal %.1f%%", 100**t.MachineStealShare)
+		}
 	}
 	p("  CPU over the same window (share of %d CPUs; machine busy %s):\n", t.CPUs, busy)
 	for _, r := range t.CPU {

@@ -212,9 +212,9 @@ func TestProcStat(t *testing.T) {
 	if st.pid != 42 || st.ppid != 7 || st.comm != "a (b) c" || st.ticks != 155 || st.start != 5555 {
 		t.Errorf("parsed %+v", st)
 	}
-	busy, total, err := parseMachineStat([]byte("cpu  100 5 50 800 20 3 2 0 7 0\ncpu0 1 2 3 4 5 6 7 8 9 10\n"))
-	if err != nil || total != 980 || busy != 160 {
-		t.Errorf("machine busy %d of %d, %v", busy, total, err)
+	busy, steal, total, err := parseMachineStat([]byte("cpu  100 5 50 800 20 3 2 11 7 0\ncpu0 1 2 3 4 5 6 7 8 9 10\n"))
+	if err != nil || total != 991 || busy != 171 || steal != 11 {
+		t.Errorf("machine busy %d (steal %d) of %d, %v", busy, steal, total, err)
 	}
 }
 
