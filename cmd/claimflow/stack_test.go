@@ -510,6 +510,8 @@ func TestIntegration(t *testing.T) {
 			`claimflow_activity_attempts_total{activity="Publish`, // single runs or batches
 			`claimflow_kafka_publish_seconds_count{topic="enrollment.events"}`,
 			`claimflow_dead_letters_open 0`,
+			`claimflow_db_pool_max_connections{pool="services"} 64`,
+			`claimflow_db_pool_acquire_seconds_total{pool="services"}`,
 			`temporal_workflow_completed_total{`,
 			`go_goroutines`,
 		} {

@@ -309,6 +309,7 @@ func Connect(ctx context.Context, cfg config.Config, log *slog.Logger, maxConns 
 		return c, err
 	}
 	c.closers = append(c.closers, c.Pool.Close)
+	c.Telemetry.WatchPool(c.Pool, "services")
 	stopMetrics, err := ServeMetrics(metricsAddr, c.Telemetry, log)
 	if err != nil {
 		return c, err

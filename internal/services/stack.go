@@ -267,6 +267,7 @@ func (s *Stack) StartServices(ctx context.Context) (err error) {
 	// A fresh registry per start: services restarted in this process
 	// register their metrics again.
 	s.Telemetry = NewTelemetry()
+	s.Telemetry.WatchPool(s.Pool, "services")
 	s.Client, err = DialTemporal(ctx, s.Config, s.Log, s.Telemetry)
 	if err != nil {
 		return err
