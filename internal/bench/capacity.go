@@ -571,7 +571,7 @@ func WriteCapacityTable(w io.Writer, c *Capacity) {
 			fmt.Fprintf(w, "  %8g  %8d  %8.1f  %8.1f  %8.1f  %7.1fs  %s\n", s.RateRPS, s.Arrivals, s.Latency.P50, s.Latency.P95, s.Latency.P99, s.GeneratorCPUS, heldWord(s))
 		}
 		if n := len(a.Steps); n > 0 && !a.Steps[n-1].Held {
-			writeBrokenStep(w, a.Steps[n-1])
+			writeBrokenStep(w, a.Steps[n-1], c.Options.Window)
 		}
 	}
 	fmt.Fprintf(w, "\ncapacity ratio claimflow ÷ peer: %s\n", fx(c.Ratio))
@@ -579,8 +579,8 @@ func WriteCapacityTable(w io.Writer, c *Capacity) {
 
 // writeBrokenStep shows the step that broke window by window: each stage's
 // p95 and each process's CPU share, the windows that broke (*) beside
-// those that held.
-func writeBrokenStep(w io.Writer, s CapacityStep) {
+// those that held; window is the windows' length in seconds.
+func writeBrokenStep(w io.Writer, s CapacityStep, window float64) {
 	var names, procs []string
 	seen := map[string]bool{}
 	var note string
@@ -632,11 +632,7 @@ func writeBrokenStep(w io.Writer, s CapacityStep) {
 		if cw.BrokenBy != "" {
 			mark = "*"
 		}
-		span := cw.FromS
-		if cw.Stages != nil {
-			span = cw.FromS + cw.Stages.WindowS
-		}
-		fmt.Fprintf(w, " %10s", fmt.Sprintf("%g–%.0f%s", cw.FromS, span, mark))
+		fmt.Fprintf(w, " %10s", fmt.Sprintf("%g–%g%s", cw.FromS, cw.FromS+window, mark))
 	}
 	fmt.Fprintln(w)
 	cells("client p95 (by arrival)", func(cw CapacityWindow) string { return fmtMS(cw.P95) })
