@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"strings"
 	"time"
 
 	"github.com/claimflow/claimflow/internal/bench"
@@ -15,17 +14,13 @@ import (
 
 // capacityRun is `claimflow-bench capacity` as its flags describe it.
 type capacityRun struct {
-	opts    bench.CapacityOptions
-	target  string
+	opts bench.CapacityOptions
+	// arm is claimflow's, with what each window's stage table reads.
+	arm     bench.Arm
 	token   string
 	dataDir string
 	jsonOut string
 	plotOut string
-	// pids and metrics are what each window's stage table reads (--pid,
-	// --metrics); noMetrics says why there are no metrics, when so.
-	pids      []int
-	metrics   []string
-	noMetrics string
 }
 
 func parseCapacity(env benchEnv, args []string, stderr io.Writer) (capacityRun, error) {
@@ -33,7 +28,7 @@ func parseCapacity(env benchEnv, args []string, stderr io.Writer) (capacityRun, 
 	fs.SetOutput(stderr)
 	def := bench.DefaultCapacity()
 	r := capacityRun{}
-	fs.StringVar(&r.target, "target", "http://"+env.HTTPAddr, "base URL of the claimflow API under test")
+	target := fs.String("target", "http://"+env.HTTPAddr, "base URL of the claimflow API under test")
 	start := fs.Float64("start", def.StartRate, "rate of the first step, arrivals per second")
 	step := fs.Float64("step", def.StepRate, "rate added by each step")
 	stepDur := fs.Duration("step-duration", def.StepDuration, "how long each step holds its rate (a multiple of --window)")
@@ -82,17 +77,11 @@ func parseCapacity(env benchEnv, args []string, stderr io.Writer) (capacityRun, 
 	o.Kafka = env.kafkaConfig("claimflow-bench")
 	o.Progress = stderr
 	r.opts = o
-	r.target = strings.TrimRight(r.target, "/")
-	pids, err := bench.ParsePIDs(pidFlags)
+	arm, err := claimflowArm(env, *target, set["target"], pidFlags, metrics)
 	if err != nil {
 		return r, err
 	}
-	r.pids = pids
-	if len(metrics) > 0 {
-		r.metrics = metrics
-	} else {
-		r.metrics, r.noMetrics = defaultMetrics(env, r.target, set["target"])
-	}
+	r.arm = arm
 	return r, o.Validate()
 }
 
@@ -123,8 +112,9 @@ func runCapacity(ctx context.Context, env benchEnv, log *slog.Logger, args []str
 			return err
 		}
 	}
-	c, err := bench.RunCapacity(ctx, o, bench.Arm{Name: "claimflow", URL: r.target, Schema: bench.ClaimflowSchema, Token: token,
-		PIDs: r.pids, Metrics: r.metrics, NoMetrics: r.noMetrics})
+	arm := r.arm
+	arm.Token = token
+	c, err := bench.RunCapacity(ctx, o, arm)
 	if err != nil {
 		return err
 	}

@@ -199,7 +199,7 @@ func parseLoad(env benchEnv, mode string, args []string, stderr io.Writer) (load
 		sc.MaxVUs = *maxVUs
 	}
 	sc.Sleep = *sleep
-	pids, err := bench.ParsePIDs(r.pidFlags)
+	arm, err := claimflowArm(env, *target, set["target"], r.pidFlags, r.metrics)
 	if err != nil {
 		return r, err
 	}
@@ -210,16 +210,27 @@ func parseLoad(env benchEnv, mode string, args []string, stderr io.Writer) (load
 		Kafka:    env.kafkaConfig("claimflow-bench"),
 		Progress: stderr, ProgressEvery: *progressEvery,
 	}
-	r.arm = bench.Arm{Name: "claimflow", URL: strings.TrimRight(*target, "/"), Schema: bench.ClaimflowSchema, PIDs: pids}
-	if len(r.metrics) > 0 {
-		r.arm.Metrics = r.metrics
-	} else {
-		r.arm.Metrics, r.arm.NoMetrics = defaultMetrics(env, r.arm.URL, set["target"])
-	}
-	if len(pids) > 0 {
+	r.arm = arm
+	if len(arm.PIDs) > 0 {
 		r.arm.RSSScope = fmt.Sprintf("pids %s", r.pidFlags.String())
 	}
 	return r, nil
+}
+
+// claimflowArm is the arm under test with what its stage tables read: the
+// --pid processes, and the --metrics URLs or where the API serves them.
+func claimflowArm(env benchEnv, target string, targetSet bool, pidFlags, metrics stringList) (bench.Arm, error) {
+	pids, err := bench.ParsePIDs(pidFlags)
+	if err != nil {
+		return bench.Arm{}, err
+	}
+	a := bench.Arm{Name: "claimflow", URL: strings.TrimRight(target, "/"), Schema: bench.ClaimflowSchema, PIDs: pids}
+	if len(metrics) > 0 {
+		a.Metrics = metrics
+	} else {
+		a.Metrics, a.NoMetrics = defaultMetrics(env, a.URL, targetSet)
+	}
+	return a, nil
 }
 
 // defaultMetrics is where the API under test serves /metrics: its internal

@@ -516,9 +516,6 @@ func startWindowProbe(ctx context.Context, arm Arm, start time.Time, window time
 // table is window w's stage table once both its edges were read; nil if
 // ctx ended first.
 func (p *windowProbe) table(ctx context.Context, w int) *StageTable {
-	if w+1 >= len(p.ready) {
-		return nil
-	}
 	for _, edge := range []int{w, w + 1} {
 		select {
 		case <-p.ready[edge]:
@@ -581,34 +578,30 @@ func WriteCapacityTable(w io.Writer, c *Capacity) {
 // p95 and each process's CPU share, the windows that broke (*) beside
 // those that held; window is the windows' length in seconds.
 func writeBrokenStep(w io.Writer, s CapacityStep, window float64) {
+	if !slices.ContainsFunc(s.Windows, func(cw CapacityWindow) bool { return cw.Stages != nil }) {
+		return
+	}
+	// The rows: every stage and process any window has, in first-seen order.
 	var names, procs []string
-	seen := map[string]bool{}
 	var note string
-	found := false
 	for _, cw := range s.Windows {
 		t := cw.Stages
 		if t == nil {
 			continue
 		}
-		found = true
 		if t.Note != "" {
 			note = t.Note
 		}
 		for _, r := range t.Stages {
-			if !seen["s"+r.Name] {
-				seen["s"+r.Name] = true
+			if !slices.Contains(names, r.Name) {
 				names = append(names, r.Name)
 			}
 		}
 		for _, r := range t.CPU {
-			if !seen["p"+r.Process] {
-				seen["p"+r.Process] = true
+			if !slices.Contains(procs, r.Process) {
 				procs = append(procs, r.Process)
 			}
 		}
-	}
-	if !found {
-		return
 	}
 	cells := func(label string, cell func(cw CapacityWindow) string) {
 		fmt.Fprintf(w, "    %-36s", label)

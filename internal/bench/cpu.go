@@ -233,19 +233,21 @@ func cpuRows(a, b cpuSnapshot, windowS float64, cpus int) []CPURow {
 
 // machineBusy is the machine's busy share between a and b, or nil.
 func machineBusy(a, b cpuSnapshot) *float64 {
-	if !a.machineOK || !b.machineOK || b.total <= a.total {
-		return nil
-	}
-	v := round3(float64(b.busy-a.busy) / float64(b.total-a.total))
-	return &v
+	return machineShare(a, b, func(s cpuSnapshot) uint64 { return s.busy })
 }
 
 // machineSteal is the share of the machine's CPU time between a and b
 // that its host took (steal), nil if unknown.
 func machineSteal(a, b cpuSnapshot) *float64 {
-	if !a.machineOK || !b.machineOK || b.total <= a.total || b.steal < a.steal {
+	return machineShare(a, b, func(s cpuSnapshot) uint64 { return s.steal })
+}
+
+// machineShare is part's share of the machine's ticks between a and b, or
+// nil when /proc/stat was unreadable at either end.
+func machineShare(a, b cpuSnapshot, part func(cpuSnapshot) uint64) *float64 {
+	if !a.machineOK || !b.machineOK || b.total <= a.total || part(b) < part(a) {
 		return nil
 	}
-	v := round3(float64(b.steal-a.steal) / float64(b.total-a.total))
+	v := round3(float64(part(b)-part(a)) / float64(b.total-a.total))
 	return &v
 }
