@@ -399,6 +399,19 @@ func checkStageTable(t *testing.T, arm map[string]any) {
 	if _, ok := st["machine_busy_share"].(float64); !ok {
 		t.Errorf("machine_busy_share = %v", st["machine_busy_share"])
 	}
+	checkIOStall(t, "the hold", st)
+}
+
+// checkIOStall fails when a stage table lacks the disk's stall share on a
+// kernel that reports it (/proc/pressure/io).
+func checkIOStall(t *testing.T, where string, st map[string]any) {
+	t.Helper()
+	if _, err := os.Stat("/proc/pressure/io"); err != nil {
+		return
+	}
+	if v, ok := st["machine_io_stall_share"].(float64); !ok || v < 0 || v > 1 {
+		t.Errorf("%s: machine_io_stall_share = %v, want a share", where, st["machine_io_stall_share"])
+	}
 }
 
 // checkWindowStages checks that every judged window of a capacity arm
@@ -446,6 +459,7 @@ func checkWindowStages(t *testing.T, arm string, steps []any) {
 			if _, ok := st["machine_steal_share"].(float64); !ok {
 				t.Errorf("%s step %d window %d: machine_steal_share = %v", arm, i, k, st["machine_steal_share"])
 			}
+			checkIOStall(t, fmt.Sprintf("%s step %d window %d", arm, i, k), st)
 		}
 	}
 }

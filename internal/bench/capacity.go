@@ -660,6 +660,7 @@ func writeBrokenStep(w io.Writer, s CapacityStep, window float64) {
 	}
 	row("machine busy", func(t *StageTable) string { return pct(t.MachineBusyShare) })
 	row("  of it steal", func(t *StageTable) string { return pct(t.MachineStealShare) })
+	row("waiting for the disk", func(t *StageTable) string { return pct(t.MachineIOStallShare) })
 }
 
 func pct(v *float64) string {

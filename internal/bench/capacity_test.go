@@ -93,9 +93,10 @@ func TestBrokenStepShowsEachWindowsStages(t *testing.T) {
 				{Name: "claims per batch", Count: 5, Unit: "claims", P50: ptr(20), P95: ptr(40)},
 				{Name: "ReserveSeats (local activity)", Count: 0, P50MS: ptr(0), P95MS: ptr(0)},
 			},
-			CPU:               []CPURow{{Process: "claimflow", CPUS: 2 * 5 * claimflowCPU, Share: claimflowCPU}},
-			MachineBusyShare:  ptr(busy),
-			MachineStealShare: ptr(0.02),
+			CPU:                 []CPURow{{Process: "claimflow", CPUS: 2 * 5 * claimflowCPU, Share: claimflowCPU}},
+			MachineBusyShare:    ptr(busy),
+			MachineStealShare:   ptr(0.02),
+			MachineIOStallShare: ptr(busy / 8),
 		}
 	}
 	c := &Capacity{Options: capacityEcho{Window: 5}, Claimflow: &CapacityArm{Name: "claimflow", MaxHeldRPS: 500, Steps: []CapacityStep{
@@ -116,6 +117,7 @@ func TestBrokenStepShowsEachWindowsStages(t *testing.T) {
 		"claims per batch", "40.0",
 		"CPU claimflow", "35%",
 		"machine busy", "97%", "of it steal", "2%",
+		"waiting for the disk", "12%", // 0.97 / 8 in the broken window
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("the table lacks %q:\n%s", want, out)

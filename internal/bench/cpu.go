@@ -132,6 +132,11 @@ type cpuSnapshot struct {
 	// ok is false when it could not be read.
 	busy, steal, total uint64
 	machineOK          bool
+	// ioStall is /proc/pressure/io's "some" total: the microseconds in
+	// which at least one task waited for the disk (a slow flush shows
+	// here); ioOK is false when the kernel does not report it.
+	ioStall uint64
+	ioOK    bool
 }
 
 func takeCPUSnapshot(roots []int, self int) (cpuSnapshot, error) {
@@ -144,7 +149,28 @@ func takeCPUSnapshot(roots []int, self int) (cpuSnapshot, error) {
 		s.busy, s.steal, s.total, err = parseMachineStat(b)
 		s.machineOK = err == nil
 	}
+	if b, err := os.ReadFile("/proc/pressure/io"); err == nil {
+		s.ioStall, err = parsePressureSome(b)
+		s.ioOK = err == nil
+	}
 	return s, nil
+}
+
+// parsePressureSome reads the "some" line's total (microseconds) of a
+// /proc/pressure file.
+func parsePressureSome(b []byte) (uint64, error) {
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 || f[0] != "some" {
+			continue
+		}
+		for _, kv := range f[1:] {
+			if v, ok := strings.CutPrefix(kv, "total="); ok {
+				return strconv.ParseUint(v, 10, 64)
+			}
+		}
+	}
+	return 0, fmt.Errorf("no some total in the pressure file")
 }
 
 // parseMachineStat reads the "cpu" line of /proc/stat: total is user +
@@ -240,6 +266,16 @@ func machineBusy(a, b cpuSnapshot) *float64 {
 // that its host took (steal), nil if unknown.
 func machineSteal(a, b cpuSnapshot) *float64 {
 	return machineShare(a, b, func(s cpuSnapshot) uint64 { return s.steal })
+}
+
+// machineIOStall is the share of the wall-clock time between a and b
+// (windowS seconds) in which some task waited for the disk, nil if unknown.
+func machineIOStall(a, b cpuSnapshot, windowS float64) *float64 {
+	if !a.ioOK || !b.ioOK || b.ioStall < a.ioStall || windowS <= 0 {
+		return nil
+	}
+	v := round3(float64(b.ioStall-a.ioStall) / 1e6 / windowS)
+	return &v
 }
 
 // machineShare is part's share of the machine's ticks between a and b, or

@@ -32,9 +32,12 @@ type StageTable struct {
 	// CPUs is the number the shares divide by; MachineBusyShare is the
 	// whole machine's busy share from /proc/stat (null if unreadable), and
 	// MachineStealShare the part of it the virtual machine's host took.
-	CPUs              int      `json:"cpus"`
-	MachineBusyShare  *float64 `json:"machine_busy_share"`
-	MachineStealShare *float64 `json:"machine_steal_share"`
+	// MachineIOStallShare is the share of the window in which some task
+	// waited for the disk (/proc/pressure/io "some"; null without PSI).
+	CPUs                int      `json:"cpus"`
+	MachineBusyShare    *float64 `json:"machine_busy_share"`
+	MachineStealShare   *float64 `json:"machine_steal_share"`
+	MachineIOStallShare *float64 `json:"machine_io_stall_share"`
 }
 
 // StageRow is one stage: the histogram it is read from (metric and label
@@ -280,6 +283,7 @@ func buildStageTable(urls []string, a, b reading) *StageTable {
 		t.CPU = cpuRows(a.cpu, b.cpu, window, t.CPUs)
 		t.MachineBusyShare = machineBusy(a.cpu, b.cpu)
 		t.MachineStealShare = machineSteal(a.cpu, b.cpu)
+		t.MachineIOStallShare = machineIOStall(a.cpu, b.cpu, window)
 	}
 	return t
 }
@@ -327,6 +331,9 @@ func writeStageTable(w io.Writer, t *StageTable) {
 		if t.MachineStealShare != nil {
 			busy += fmt.Sprintf(", of it steal %.1f%%", 100**t.MachineStealShare)
 		}
+	}
+	if t.MachineIOStallShare != nil {
+		busy += fmt.Sprintf("; some task waited for the disk %.1f%% of the time", 100**t.MachineIOStallShare)
 	}
 	p("  CPU over the same window (share of %d CPUs; machine busy %s):\n", t.CPUs, busy)
 	for _, r := range t.CPU {

@@ -218,6 +218,39 @@ func TestProcStat(t *testing.T) {
 	}
 }
 
+func TestIOStall(t *testing.T) {
+	for _, tc := range []struct {
+		name, file string
+		want       uint64
+		ok         bool
+	}{
+		{"kernel's format", "some avg10=0.10 avg60=0.32 avg300=1.38 total=1138000695\nfull avg10=0.10 avg60=0.24 avg300=0.89 total=865817225\n", 1138000695, true},
+		{"full only", "full avg10=0.00 avg60=0.00 avg300=0.00 total=5\n", 0, false},
+		{"no total", "some avg10=0.10\n", 0, false},
+		{"empty", "", 0, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := parsePressureSome([]byte(tc.file))
+			if (err == nil) != tc.ok || got != tc.want {
+				t.Errorf("= %d, %v; want %d (ok %v)", got, err, tc.want, tc.ok)
+			}
+		})
+	}
+	a := cpuSnapshot{ioStall: 1_000_000, ioOK: true}
+	b := cpuSnapshot{ioStall: 1_600_000, ioOK: true}
+	if v := machineIOStall(a, b, 5); v == nil || *v != 0.12 {
+		t.Errorf("0.6 s of stall in 5 s = %v, want 0.12", v)
+	}
+	for name, pair := range map[string][2]cpuSnapshot{
+		"unread at the start": {{}, b},
+		"counter went back":   {b, a},
+	} {
+		if v := machineIOStall(pair[0], pair[1], 5); v != nil {
+			t.Errorf("%s: = %v, want nil", name, *v)
+		}
+	}
+}
+
 func TestCPURows(t *testing.T) {
 	const self = 99
 	proc := func(pid, ppid int, comm string, ticks uint64) procStat {
