@@ -124,7 +124,7 @@ func cpuGroups(procs map[int]procStat, roots []int, self int) map[int]string {
 }
 
 // cpuSnapshot is the CPU time of each process of the table's rows, and the
-// machine's, at one moment.
+// machine's CPU and disk-wait counters, at one moment.
 type cpuSnapshot struct {
 	procs map[int]procStat
 	group map[int]string
