@@ -49,14 +49,10 @@ func parseCapacity(env benchEnv, args []string, stderr io.Writer) (capacityRun, 
 	var pidFlags, metrics stringList
 	fs.Var(&pidFlags, "pid", "process whose CPU, with its descendants', each window's stage table shows, in both arms (repeatable; e.g. the 'claimflow dev' process and the Postgres postmaster)")
 	fs.Var(&metrics, "metrics", "claimflow /metrics URL each window's stage table is read from (repeatable: the API's, and the worker's when it runs apart); default: the API's, at INTERNAL_HTTP_ADDR when set, else --target")
-	if err := fs.Parse(args); err != nil {
+	set, err := parseFlags(fs, args)
+	if err != nil {
 		return r, err
 	}
-	if fs.NArg() > 0 {
-		return r, fmt.Errorf("unexpected arguments %v", fs.Args())
-	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	base := def
 	if *quick {
 		base = bench.QuickCapacity()

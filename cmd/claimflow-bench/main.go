@@ -8,6 +8,7 @@
 //	claimflow-bench compare   burst, then peer, and the ratios
 //	claimflow-bench capacity  a stepped arrival rate against both arms until each breaks its objective
 //	claimflow-bench floor     the rate of an empty workflow on the same Temporal server
+//	claimflow-bench disk      how long a durable write takes on the data dir's disk
 package main
 
 import (
@@ -33,7 +34,7 @@ import (
 	"github.com/claimflow/claimflow/internal/store"
 )
 
-const usage = `usage: claimflow-bench <burst|peer|compare|capacity|floor|reads> [flags]
+const usage = `usage: claimflow-bench <burst|peer|compare|capacity|floor|disk|reads> [flags]
 
   burst     the user's k6 scenario against a running claimflow API (--target),
             then stage latencies from Postgres and an exactly-once audit of Kafka
@@ -44,6 +45,8 @@ const usage = `usage: claimflow-bench <burst|peer|compare|capacity|floor|reads> 
             decided on the first try in a 5 s window; the highest rate each
             held for a whole step, and the ratio
   floor     the rate of an empty workflow on the same Temporal server
+  disk      the disk's floor under --dir: 8 KiB writes, each fdatasync'ed,
+            200 a second for 2 minutes; how long the flushes took
   reads     seed 100,000 enrollments, then students read their own lists
             with their own tokens at 500/s: p50/p95 and the answers
 
@@ -84,6 +87,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	case "-h", "-help", "--help", "help":
 		fmt.Fprintf(stdout, usage, strings.Join(config.Names(), ", "))
 		return flag.ErrHelp
+	case "disk":
+		// The file system alone: no stack, no environment.
+		return runDisk(ctx, args[1:], stdout, stderr)
 	case "burst", "peer", "compare", "capacity", "floor", "reads":
 	default:
 		fmt.Fprintf(stderr, "claimflow-bench: unknown command %q\n\n", args[0])
@@ -164,14 +170,10 @@ func parseLoad(env benchEnv, mode string, args []string, stderr io.Writer) (load
 	fs.StringVar(&r.dataDir, "data-dir", ".claimflow", "the 'claimflow dev' data dir whose jwt-secret signs the default token")
 	fs.Var(&r.pidFlags, "pid", "process whose peak RSS is reported for claimflow, and whose CPU, with its descendants', the stage table shows (repeatable; e.g. the 'claimflow dev' process and the Postgres postmaster)")
 	fs.Var(&r.metrics, "metrics", "claimflow /metrics URL the stage table is read from (repeatable: the API's, and the worker's when it runs apart); default: the API's, at INTERNAL_HTTP_ADDR when set, else --target (burst, compare)")
-	if err := fs.Parse(args); err != nil {
+	set, err := parseFlags(fs, args)
+	if err != nil {
 		return r, err
 	}
-	if fs.NArg() > 0 {
-		return r, fmt.Errorf("unexpected arguments %v", fs.Args())
-	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	if (*churn > 0 || *waitlist) && mode != "burst" {
 		return r, fmt.Errorf("--churn and --waitlist drive claimflow alone (the outbox peer has neither cancellation nor waitlist): use burst")
 	}
@@ -253,6 +255,21 @@ func defaultMetrics(env benchEnv, target string, targetSet bool) ([]string, stri
 		host = "127.0.0.1" // listening on every interface: this machine's
 	}
 	return []string{"http://" + net.JoinHostPort(host, port) + "/metrics"}, ""
+}
+
+// parseFlags parses a subcommand's flags, refuses arguments after them and
+// returns the names of the flags given, so that --quick overrides only
+// what the command line left unset.
+func parseFlags(fs *flag.FlagSet, args []string) (map[string]bool, error) {
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments %v", fs.Args())
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	return set, nil
 }
 
 func pick[T any](explicit bool, v, def T) T {
@@ -350,14 +367,10 @@ func runFloor(ctx context.Context, env benchEnv, log *slog.Logger, args []string
 	update := fs.Bool("update", false, "start each with Update-With-Start and time the update's answer (a claim's shape, empty)")
 	started := fs.Bool("started", false, "with --update: start each run first, untimed, and time only the update sent to the waiting run")
 	jsonOut := fs.String("json", "", "write the figures as JSON to this file")
-	if err := fs.Parse(args); err != nil {
+	set, err := parseFlags(fs, args)
+	if err != nil {
 		return err
 	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments %v", fs.Args())
-	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	if *quick {
 		if !set["workflows"] {
 			*n = 100

@@ -6,9 +6,13 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
+	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -18,7 +22,7 @@ import (
 )
 
 func TestHelpIsNotAFailure(t *testing.T) {
-	for _, args := range [][]string{{"-h"}, {"--help"}, {"help"}, {"burst", "-h"}, {"peer", "-h"}, {"compare", "-h"}, {"floor", "-h"}, {"capacity", "-h"}, {"reads", "-h"}} {
+	for _, args := range [][]string{{"-h"}, {"--help"}, {"help"}, {"burst", "-h"}, {"peer", "-h"}, {"compare", "-h"}, {"floor", "-h"}, {"disk", "-h"}, {"capacity", "-h"}, {"reads", "-h"}} {
 		var out, errOut strings.Builder
 		err := run(context.Background(), args, &out, &errOut)
 		if !errors.Is(err, flag.ErrHelp) {
@@ -109,5 +113,30 @@ func TestMetricsURLs(t *testing.T) {
 				t.Errorf("metrics %v, note %q; want %v, a note with %q", r.arm.Metrics, r.arm.NoMetrics, tc.want, tc.wantNote)
 			}
 		})
+	}
+}
+
+// TestDiskQuick runs the CI form of the disk floor on this machine's disk:
+// it needs no stack, and its JSON holds what the table printed.
+func TestDiskQuick(t *testing.T) {
+	dir := t.TempDir()
+	out := filepath.Join(t.TempDir(), "disk.json")
+	var stdout strings.Builder
+	if err := run(context.Background(), []string{"disk", "--quick", "--dir", dir, "--rate", "50", "--json", out}, &stdout, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r bench.DiskResult
+	if err := json.Unmarshal(b, &r); err != nil {
+		t.Fatal(err)
+	}
+	if r.DurationS != 2 || r.Rate != 50 || r.Flushes+r.Missed != 100 || r.Flushes == 0 {
+		t.Errorf("disk --quick --rate 50: %+v, want 2 s of 100 slots", r)
+	}
+	if !strings.Contains(stdout.String(), fmt.Sprintf("| %d | 50.0 | %d |", r.Flushes, r.Missed)) {
+		t.Errorf("the table does not match the JSON:\n%s", stdout.String())
 	}
 }

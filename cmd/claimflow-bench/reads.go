@@ -25,14 +25,10 @@ func runReads(ctx context.Context, env benchEnv, args []string, stdout, stderr i
 	quick := fs.Bool("quick", false, "the CI form: 2,000 enrollments of 400 students, 50/s for 3 s (explicit flags still win)")
 	jsonOut := fs.String("json", "", "write the figures as JSON to this file")
 	dataDir := fs.String("data-dir", ".claimflow", "the 'claimflow dev' data dir whose jwt-secret signs the students' tokens")
-	if err := fs.Parse(args); err != nil {
+	set, err := parseFlags(fs, args)
+	if err != nil {
 		return err
 	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments %v", fs.Args())
-	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	if *quick {
 		o.Enrollments = pick(set["enrollments"], o.Enrollments, 2000)
 		o.Students = pick(set["students"], o.Students, 400)
