@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -248,11 +249,16 @@ func runOne(ctx context.Context, c client.Client, mode string, opts client.Start
 			WorkflowID: run.GetID(), RunID: run.GetRunID(),
 			UpdateName: floorUpdateName, WaitForStage: client.WorkflowUpdateStageCompleted,
 		})
-		if err != nil {
-			return 0, err
+		if err == nil {
+			err = h.Get(ctx, nil)
 		}
-		err = h.Get(ctx, nil)
-		return time.Since(start), err
+		if err != nil {
+			// Say what the run went through: an update that never got an
+			// answer is the server's or the worker's story, told by the
+			// run's events.
+			return 0, fmt.Errorf("update %s: %w; its history: %s", run.GetID(), err, historyTrail(ctx, c, run.GetID(), run.GetRunID()))
+		}
+		return time.Since(start), nil
 	}
 	opts.WorkflowIDConflictPolicy = enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING
 	h, err := c.UpdateWithStartWorkflow(ctx, client.UpdateWithStartWorkflowOptions{
@@ -273,14 +279,57 @@ func runOne(ctx context.Context, c client.Client, mode string, opts client.Start
 // task completed: the run has registered its update handler and waits.
 func awaitFirstTask(ctx context.Context, c client.Client, id, runID string) error {
 	it := c.GetWorkflowHistory(ctx, id, runID, true, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	var seen []enumspb.EventType
 	for it.HasNext() {
 		ev, err := it.Next()
 		if err != nil {
-			return fmt.Errorf("wait for the first workflow task of %s: %w", id, err)
+			return fmt.Errorf("wait for the first workflow task of %s: %w; its history so far: %s", id, err, trail(seen))
 		}
 		if ev.GetEventType() == enumspb.EVENT_TYPE_WORKFLOW_TASK_COMPLETED {
 			return nil
 		}
+		seen = append(seen, ev.GetEventType())
 	}
-	return fmt.Errorf("run %s closed before its first workflow task completed", id)
+	return fmt.Errorf("run %s closed before its first workflow task completed; its history: %s", id, trail(seen))
+}
+
+// historyTrail reads a run's events, for an error message; it gives up
+// after a few seconds.
+func historyTrail(ctx context.Context, c client.Client, id, runID string) string {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	var seen []enumspb.EventType
+	it := c.GetWorkflowHistory(ctx, id, runID, false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	for it.HasNext() {
+		ev, err := it.Next()
+		if err != nil {
+			return trail(seen) + " (then: " + err.Error() + ")"
+		}
+		seen = append(seen, ev.GetEventType())
+	}
+	return trail(seen)
+}
+
+// trail names event types in order, a run of one type once with its count:
+// "WorkflowExecutionStarted, WorkflowTaskScheduled, WorkflowTaskTimedOut ×3".
+func trail(types []enumspb.EventType) string {
+	if len(types) == 0 {
+		return "(no events)"
+	}
+	var b strings.Builder
+	for i := 0; i < len(types); {
+		j := i
+		for j < len(types) && types[j] == types[i] {
+			j++
+		}
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(types[i].String()) // the name the Web UI and the CLI show
+		if j-i > 1 {
+			fmt.Fprintf(&b, " ×%d", j-i)
+		}
+		i = j
+	}
+	return b.String()
 }
