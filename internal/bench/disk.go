@@ -95,7 +95,7 @@ func DiskFloor(ctx context.Context, o DiskOptions) (DiskResult, error) {
 	start := time.Now()
 	nextProgress := start.Add(10 * time.Second)
 	var at, took []time.Duration
-	missed := 0
+	missed, stalls := 0, 0
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	<-timer.C
@@ -119,6 +119,9 @@ func DiskFloor(ctx context.Context, o DiskOptions) (DiskResult, error) {
 		}
 		done := time.Now()
 		at, took = append(at, t.Sub(start)), append(took, done.Sub(t))
+		if ms(done.Sub(t)) > DiskStallMs {
+			stalls++
+		}
 		// Slots that passed during this flush are skipped, not made up.
 		if next := start.Add(time.Duration(slot+1) * interval); done.After(next) {
 			skip := min(int(done.Sub(next)/interval)+1, total-1-slot)
@@ -128,7 +131,7 @@ func DiskFloor(ctx context.Context, o DiskOptions) (DiskResult, error) {
 		if o.Progress != nil && done.After(nextProgress) {
 			nextProgress = nextProgress.Add(10 * time.Second)
 			fmt.Fprintf(o.Progress, "disk: %.0fs, %d flushes, %d over %d ms\n",
-				done.Sub(start).Seconds(), len(took), countOver(took, DiskStallMs), DiskStallMs)
+				done.Sub(start).Seconds(), len(took), stalls, DiskStallMs)
 		}
 	}
 	r := summarizeDisk(at, took)
@@ -142,25 +145,25 @@ func summarizeDisk(at, took []time.Duration) DiskResult {
 	r := DiskResult{Flushes: len(took), Stalls: []DiskStall{}}
 	values := make([]float64, len(took))
 	for i, d := range took {
-		values[i] = ms(d)
-		if values[i] > DiskStallMs {
-			r.Stalls = append(r.Stalls, DiskStall{AtS: round3(at[i].Seconds()), Ms: round3(values[i])})
+		v := ms(d)
+		values[i] = v
+		if v > DiskStallMs {
+			r.Stalls = append(r.Stalls, DiskStall{AtS: round3(at[i].Seconds()), Ms: round3(v)})
 		}
+		r.Over50 += b2i(v > 50)
+		r.Over100 += b2i(v > 100)
+		r.Over250 += b2i(v > 250)
 	}
-	r.Over50, r.Over100, r.Over250 = countOver(took, 50), countOver(took, 100), countOver(took, 250)
 	r.Flush = Summarize(values) // sorts values
 	r.P999 = round3(Percentile(values, 99.9))
 	return r
 }
 
-func countOver(took []time.Duration, thresholdMs float64) int {
-	n := 0
-	for _, d := range took {
-		if ms(d) > thresholdMs {
-			n++
-		}
+func b2i(b bool) int {
+	if b {
+		return 1
 	}
-	return n
+	return 0
 }
 
 // WriteDiskTable prints the disk floor as a Markdown table and its stalls.
