@@ -387,7 +387,7 @@ func runFloor(ctx context.Context, env benchEnv, log *slog.Logger, args []string
 		return err
 	}
 	defer tc.Close()
-	fmt.Fprintf(stderr, "floor: %d empty workflows (after %d warm-up), %d at once, on %s task queue %s\n",
+	fmt.Fprintf(stderr, "floor: %d empty workflows (after %d warm-up), %d at once, on %s, on a task queue of their own (%s-…)\n",
 		*n, *warmup, *concurrency, env.TemporalAddress, bench.FloorTaskQueue)
 	res, err := bench.Floor(ctx, bench.FloorOptions{
 		Client: tc, Workflows: *n, Concurrency: *concurrency, Warmup: *warmup, Update: *update, Started: *started, Progress: stderr,

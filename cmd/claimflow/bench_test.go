@@ -292,6 +292,11 @@ func TestBenchQuick(t *testing.T) {
 			if st := d.RawResponse.GetWorkflowExecutionInfo().GetStatus(); st != enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED {
 				t.Errorf("%s is %v, want completed", id, st)
 			}
+			// It ran on this floor run's own task queue, which no other
+			// floor run's worker polled.
+			if tq := d.RawResponse.GetExecutionConfig().GetTaskQueue().GetName(); tq != res.TaskQueue || !strings.HasSuffix(tq, res.RunID) {
+				t.Errorf("%s ran on task queue %q, want %q (ending in its run ID %s)", id, tq, res.TaskQueue, res.RunID)
+			}
 			// The update modes answered an update; the start mode had none.
 			// A started run had finished a workflow task before its update
 			// came; one started by Update-With-Start accepts it in its first.

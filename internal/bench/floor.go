@@ -15,9 +15,15 @@ import (
 	"go.temporal.io/sdk/workflow"
 )
 
-// FloorTaskQueue is where the floor's empty workflow runs, away from
-// claimflow's own queue so the two never share pollers.
+// FloorTaskQueue prefixes the task queue each floor run polls alone, away
+// from claimflow's own queue so the two never share pollers. Each run's
+// queue is its own (FloorResult.TaskQueue): a worker of an earlier run that
+// is still stopping, or a task the server matched to its last poll, never
+// stands between this run's workflows and this run's worker.
 const FloorTaskQueue = "claimflow-bench-floor"
+
+// floorTaskQueue names the task queue of the floor run runID.
+func floorTaskQueue(runID string) string { return FloorTaskQueue + "-" + runID }
 
 // floorWorkflowName is the empty workflow's registered name.
 const floorWorkflowName = "BenchEmpty"
@@ -67,7 +73,7 @@ type FloorOptions struct {
 	// that already exists, with no start on the way.
 	Started bool
 	// WorkerOptions are the worker settings of the worker started on
-	// FloorTaskQueue (claimflow's own, for a like-for-like floor).
+	// this run's task queue (claimflow's own, for a like-for-like floor).
 	WorkerOptions sdkworker.Options
 	Progress      io.Writer
 }
@@ -75,6 +81,7 @@ type FloorOptions struct {
 // FloorResult is the floor's figures.
 type FloorResult struct {
 	RunID       string         `json:"run_id"`
+	TaskQueue   string         `json:"task_queue"`
 	Warmup      int            `json:"warmup"`
 	Workflows   int            `json:"workflows"`
 	Concurrency int            `json:"concurrency"`
@@ -119,14 +126,15 @@ func Floor(ctx context.Context, o FloorOptions) (FloorResult, error) {
 		return FloorResult{}, fmt.Errorf("started runs are timed by their update: Started needs Update")
 	}
 	res := FloorResult{RunID: newRunID(), Warmup: o.Warmup, Workflows: o.Workflows, Concurrency: o.Concurrency, Mode: o.mode()}
-	w := sdkworker.New(o.Client, FloorTaskQueue, o.WorkerOptions)
+	res.TaskQueue = floorTaskQueue(res.RunID)
+	w := sdkworker.New(o.Client, res.TaskQueue, o.WorkerOptions)
 	w.RegisterWorkflowWithOptions(emptyWorkflow, workflow.RegisterOptions{Name: floorWorkflowName})
 	w.RegisterWorkflowWithOptions(emptyUpdateWorkflow, workflow.RegisterOptions{Name: floorUpdateWorkflowName})
 	if err := w.Start(); err != nil {
 		return res, fmt.Errorf("start floor worker: %w", err)
 	}
 	defer w.Stop()
-	if err := runEmpty(ctx, o.Client, res.Mode, res.RunID+"-warmup", o.Warmup, o.Concurrency, nil); err != nil {
+	if err := runEmpty(ctx, o.Client, res.TaskQueue, res.Mode, res.RunID+"-warmup", o.Warmup, o.Concurrency, nil); err != nil {
 		return res, fmt.Errorf("warm-up: %w", err)
 	}
 
@@ -154,7 +162,7 @@ func Floor(ctx context.Context, o FloorOptions) (FloorResult, error) {
 			}
 		}
 	}()
-	_ = runEmpty(ctx, o.Client, res.Mode, res.RunID, o.Workflows, o.Concurrency, func(elapsed time.Duration, err error) {
+	_ = runEmpty(ctx, o.Client, res.TaskQueue, res.Mode, res.RunID, o.Workflows, o.Concurrency, func(elapsed time.Duration, err error) {
 		mu.Lock()
 		if err != nil {
 			res.Errors++
@@ -181,7 +189,7 @@ func Floor(ctx context.Context, o FloorOptions) (FloorResult, error) {
 
 // runEmpty runs n empty workflows on concurrency goroutines and returns the
 // first error; each completion is passed to done when it is not nil.
-func runEmpty(ctx context.Context, c client.Client, mode string, prefix string, n, concurrency int, done func(time.Duration, error)) error {
+func runEmpty(ctx context.Context, c client.Client, taskQueue, mode, prefix string, n, concurrency int, done func(time.Duration, error)) error {
 	var (
 		next  atomic.Int64
 		mu    sync.Mutex
@@ -197,7 +205,7 @@ func runEmpty(ctx context.Context, c client.Client, mode string, prefix string, 
 				}
 				opts := client.StartWorkflowOptions{
 					ID:                  fmt.Sprintf("bench-floor-%s-%d", prefix, i),
-					TaskQueue:           FloorTaskQueue,
+					TaskQueue:           taskQueue,
 					WorkflowRunTimeout:  time.Minute,
 					WorkflowTaskTimeout: 10 * time.Second,
 				}
