@@ -363,9 +363,12 @@ func runFloor(ctx context.Context, env benchEnv, log *slog.Logger, args []string
 	n := fs.Int("workflows", 2000, "empty workflows to run")
 	concurrency := fs.Int("concurrency", 64, "workflows started and awaited at once")
 	warmup := fs.Int("warmup", 64, "empty workflows run first and not counted (pollers and task queue warm up)")
-	quick := fs.Bool("quick", false, "a small run for CI: 100 workflows, 16 at once, 16 warm-up")
+	quick := fs.Bool("quick", false, "a small run for CI: 100 workflows, 16 at once, 16 warm-up (--long-lived: 4 runs, continued as new every 30 updates)")
 	update := fs.Bool("update", false, "start each with Update-With-Start and time the update's answer (a claim's shape, empty)")
 	started := fs.Bool("started", false, "with --update: start each run first, untimed, and time only the update sent to the waiting run")
+	longLived := fs.Bool("long-lived", false, "start --runs runs that stay and time updates sent to them, caller k to run k mod --runs; --workflows and --warmup count updates")
+	runs := fs.Int("runs", 1, "with --long-lived: the runs that stay")
+	perRun := fs.Int("updates-per-run", bench.DefaultFloorUpdatesPerRun, "with --long-lived: updates a run answers before it continues as new (the server takes at most 2,000 a run)")
 	jsonOut := fs.String("json", "", "write the figures as JSON to this file")
 	set, err := parseFlags(fs, args)
 	if err != nil {
@@ -381,16 +384,28 @@ func runFloor(ctx context.Context, env benchEnv, log *slog.Logger, args []string
 		if !set["warmup"] {
 			*warmup = 16
 		}
+		// Four callers a run, and a continue-as-new within the run.
+		if !set["runs"] {
+			*runs = 4
+		}
+		if !set["updates-per-run"] {
+			*perRun = 30
+		}
 	}
 	tc, err := dialTemporal(ctx, env, log)
 	if err != nil {
 		return err
 	}
 	defer tc.Close()
-	fmt.Fprintf(stderr, "floor: %d empty workflows (after %d warm-up), %d at once, on %s, on a task queue of their own (%s-…)\n",
-		*n, *warmup, *concurrency, env.TemporalAddress, bench.FloorTaskQueue)
+	what := "empty workflows"
+	if *longLived {
+		what = fmt.Sprintf("updates to %d long-lived run(s)", *runs)
+	}
+	fmt.Fprintf(stderr, "floor: %d %s (after %d warm-up), %d at once, on %s, on a task queue of their own (%s-…)\n",
+		*n, what, *warmup, *concurrency, env.TemporalAddress, bench.FloorTaskQueue)
 	res, err := bench.Floor(ctx, bench.FloorOptions{
 		Client: tc, Workflows: *n, Concurrency: *concurrency, Warmup: *warmup, Update: *update, Started: *started, Progress: stderr,
+		LongLived: *longLived, Runs: *runs, UpdatesPerRun: *perRun,
 		// claimflow's worker settings (worker.New), for a like-for-like floor.
 		WorkerOptions: sdkworker.Options{MaxConcurrentActivityExecutionSize: env.MaxActivities, WorkerStopTimeout: 20 * time.Second},
 	})
@@ -404,7 +419,7 @@ func runFloor(ctx context.Context, env benchEnv, log *slog.Logger, args []string
 		}
 	}
 	if res.Errors > 0 {
-		return fmt.Errorf("%d of %d empty workflows failed: %s", res.Errors, res.Workflows, res.FirstError)
+		return fmt.Errorf("%d of %d failed: %s", res.Errors, res.Workflows, res.FirstError)
 	}
 	return nil
 }

@@ -327,6 +327,84 @@ func TestBenchQuick(t *testing.T) {
 			}
 		})
 	}
+
+	t.Run("floor/update-long-lived-run", func(t *testing.T) {
+		tc, err := services.DialTemporal(runCtx(t), s.Config, log, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tc.Close()
+		// claimflow-bench floor --quick --long-lived: 100 updates from 16
+		// callers to 4 runs that continue as new every 30 updates.
+		const runs, perRun, warmup, updates = 4, 30, 16, 100
+		res, err := bench.Floor(runCtx(t), bench.FloorOptions{
+			Client: tc, Workflows: updates, Concurrency: 16, Warmup: warmup, LongLived: true, Runs: runs, UpdatesPerRun: perRun, Progress: testWriter{t},
+			WorkerOptions: sdkworker.Options{MaxConcurrentActivityExecutionSize: s.Config.MaxActivities, WorkerStopTimeout: 20 * time.Second},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := asJSON(t, res)
+		if f["completed"] != float64(updates) || f["errors"] != float64(0) || f["mode"] != "update-long-lived-run" ||
+			f["runs"] != float64(runs) || f["updates_per_run"] != float64(perRun) {
+			t.Errorf("floor: %v", f)
+		}
+		if v, _ := f["wf_per_s"].(float64); v <= 0 || res.Latency.P50 <= 0 {
+			t.Errorf("floor wf_per_s = %v, p50 %v", f["wf_per_s"], res.Latency.P50)
+		}
+		// Walk each run's chain back from its latest run: the latest was
+		// stopped and completed, every earlier one continued as new, and
+		// across the chains each update sent (warm-up included) was
+		// answered exactly once: none lost at a continue-as-new, none twice.
+		answered, chains := 0, 0
+		for k := range runs {
+			id := fmt.Sprintf("bench-floor-%s-long-lived-%d", res.RunID, k)
+			runID, latest := "", true
+			for {
+				d, err := tc.DescribeWorkflow(runCtx(t), id, runID)
+				if err != nil {
+					t.Fatalf("describe %s %s: %v", id, runID, err)
+				}
+				info := d.RawResponse.GetWorkflowExecutionInfo()
+				want := enumspb.WORKFLOW_EXECUTION_STATUS_CONTINUED_AS_NEW
+				if latest {
+					want = enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED
+				}
+				if info.GetStatus() != want {
+					t.Errorf("%s run %s is %v, want %v", id, info.GetExecution().GetRunId(), info.GetStatus(), want)
+				}
+				if tq := d.RawResponse.GetExecutionConfig().GetTaskQueue().GetName(); tq != res.TaskQueue {
+					t.Errorf("%s ran on task queue %q, want %q", id, tq, res.TaskQueue)
+				}
+				previous := ""
+				it := tc.GetWorkflowHistory(runCtx(t), id, info.GetExecution().GetRunId(), false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+				for it.HasNext() {
+					ev, err := it.Next()
+					if err != nil {
+						t.Fatal(err)
+					}
+					switch ev.GetEventType() {
+					case enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
+						previous = ev.GetWorkflowExecutionStartedEventAttributes().GetContinuedExecutionRunId()
+					case enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_COMPLETED:
+						answered++
+					}
+				}
+				chains++
+				if previous == "" {
+					break
+				}
+				runID, latest = previous, false
+			}
+		}
+		if answered != warmup+updates {
+			t.Errorf("the long-lived runs answered %d updates, want the %d sent", answered, warmup+updates)
+		}
+		// 116 updates over 4 runs at most 30 a run: at least one continued as new.
+		if chains <= runs {
+			t.Errorf("%d runs in %d chains: none continued as new after %d updates", chains, runs, perRun)
+		}
+	})
 }
 
 // summarize logs and returns the summary claimflow-bench prints for r.

@@ -34,6 +34,18 @@ const floorUpdateWorkflowName = "BenchEmptyUpdate"
 // floorUpdateName is the update the empty update workflow answers at once.
 const floorUpdateName = "decide"
 
+// floorLongLivedWorkflowName is the run that stays and answers updates.
+const floorLongLivedWorkflowName = "BenchLongLived"
+
+// floorStopSignal ends a long-lived run once the floor is done with it.
+const floorStopSignal = "stop"
+
+// DefaultFloorUpdatesPerRun is how many updates a long-lived run answers
+// before it continues as new: below the 2,000 distinct updates the server
+// lets one run take (history.maxTotalUpdates), with room for the
+// updates that arrive while it closes.
+const DefaultFloorUpdatesPerRun = 1000
+
 // emptyWorkflow does nothing: one workflow task, then it completes. Its rate
 // is what the Temporal server and one worker can do on this machine before
 // any activity, update or database write.
@@ -55,6 +67,37 @@ func emptyUpdateWorkflow(ctx workflow.Context) error {
 	return workflow.Await(ctx, func() bool { return answered })
 }
 
+// longLivedWorkflow is a run that stays: it answers every update sent to it
+// at once, as many callers as send them, and continues as new after perRun
+// of them; the stop signal ends it. The time to an update's answer is the
+// floor of a decision recorded in a run that is already there for it, with
+// no start, no first workflow task and no close on the way.
+func longLivedWorkflow(ctx workflow.Context, perRun int) error {
+	answered := 0
+	if err := workflow.SetUpdateHandler(ctx, floorUpdateName, func(workflow.Context) error {
+		answered++
+		return nil
+	}); err != nil {
+		return err
+	}
+	stopped := false
+	stop := workflow.GetSignalChannel(ctx, floorStopSignal)
+	workflow.Go(ctx, func(ctx workflow.Context) { stop.Receive(ctx, nil); stopped = true })
+	if err := workflow.Await(ctx, func() bool { return stopped || answered >= perRun }); err != nil {
+		return err
+	}
+	// Updates accepted in this workflow task finish before the run closes;
+	// those that reach it while it closes are aborted by the server and
+	// retried by their callers on the next run.
+	if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); err != nil {
+		return err
+	}
+	if stopped {
+		return nil
+	}
+	return workflow.NewContinueAsNewError(ctx, floorLongLivedWorkflowName, perRun)
+}
+
 // FloorOptions configures Floor.
 type FloorOptions struct {
 	Client      client.Client
@@ -72,6 +115,13 @@ type FloorOptions struct {
 	// sent to the waiting run: the floor of a decision recorded in a run
 	// that already exists, with no start on the way.
 	Started bool
+	// LongLived starts Runs runs that stay (each continues as new after
+	// UpdatesPerRun updates) and times updates sent to them: caller k of
+	// Concurrency sends its updates to run k mod Runs, one at a time.
+	// Workflows and Warmup then count updates.
+	LongLived     bool
+	Runs          int
+	UpdatesPerRun int
 	// WorkerOptions are the worker settings of the worker started on
 	// this run's task queue (claimflow's own, for a like-for-like floor).
 	WorkerOptions sdkworker.Options
@@ -92,6 +142,9 @@ type FloorResult struct {
 	WFPerS      float64        `json:"wf_per_s"`
 	Latency     LatencySummary `json:"latency_ms"`
 	FirstError  string         `json:"first_error,omitempty"`
+	// Runs and UpdatesPerRun describe the long-lived mode's runs.
+	Runs          int `json:"runs,omitempty"`
+	UpdatesPerRun int `json:"updates_per_run,omitempty"`
 }
 
 // floor modes, as FloorResult.Mode names them.
@@ -99,10 +152,13 @@ const (
 	floorModeStart         = "start"
 	floorModeUpdateStart   = "update-with-start"
 	floorModeUpdateStarted = "update-started-run"
+	floorModeLongLived     = "update-long-lived-run"
 )
 
 func (o FloorOptions) mode() string {
 	switch {
+	case o.LongLived:
+		return floorModeLongLived
 	case o.Update && o.Started:
 		return floorModeUpdateStarted
 	case o.Update:
@@ -114,8 +170,8 @@ func (o FloorOptions) mode() string {
 // Floor starts a worker for the empty workflow, then runs Workflows of them
 // (start and wait for completion, or with Update Update-With-Start and wait
 // for the update's answer) on Concurrency goroutines, as fast as the server
-// lets it.
-func Floor(ctx context.Context, o FloorOptions) (FloorResult, error) {
+// lets it. With LongLived it sends Workflows updates to runs that stay.
+func Floor(ctx context.Context, o FloorOptions) (res FloorResult, err error) {
 	if o.Workflows <= 0 || o.Concurrency <= 0 {
 		return FloorResult{}, fmt.Errorf("workflows and concurrency must be positive")
 	}
@@ -125,16 +181,54 @@ func Floor(ctx context.Context, o FloorOptions) (FloorResult, error) {
 	if o.Started && !o.Update {
 		return FloorResult{}, fmt.Errorf("started runs are timed by their update: Started needs Update")
 	}
-	res := FloorResult{RunID: newRunID(), Warmup: o.Warmup, Workflows: o.Workflows, Concurrency: o.Concurrency, Mode: o.mode()}
+	if o.LongLived && o.Started {
+		return FloorResult{}, fmt.Errorf("long-lived runs are started once, not per update: LongLived excludes Started")
+	}
+	res = FloorResult{RunID: newRunID(), Warmup: o.Warmup, Workflows: o.Workflows, Concurrency: o.Concurrency, Mode: o.mode()}
 	res.TaskQueue = floorTaskQueue(res.RunID)
 	w := sdkworker.New(o.Client, res.TaskQueue, o.WorkerOptions)
 	w.RegisterWorkflowWithOptions(emptyWorkflow, workflow.RegisterOptions{Name: floorWorkflowName})
 	w.RegisterWorkflowWithOptions(emptyUpdateWorkflow, workflow.RegisterOptions{Name: floorUpdateWorkflowName})
+	w.RegisterWorkflowWithOptions(longLivedWorkflow, workflow.RegisterOptions{Name: floorLongLivedWorkflowName})
 	if err := w.Start(); err != nil {
 		return res, fmt.Errorf("start floor worker: %w", err)
 	}
 	defer w.Stop()
-	if err := runEmpty(ctx, o.Client, res.TaskQueue, res.Mode, res.RunID+"-warmup", o.Warmup, o.Concurrency, nil); err != nil {
+	op := func(prefix string) floorOp {
+		return func(ctx context.Context, i int64, _ int) (time.Duration, error) {
+			return runOne(ctx, o.Client, res.Mode, client.StartWorkflowOptions{
+				ID:                  fmt.Sprintf("bench-floor-%s-%d", prefix, i),
+				TaskQueue:           res.TaskQueue,
+				WorkflowRunTimeout:  time.Minute,
+				WorkflowTaskTimeout: 10 * time.Second,
+			})
+		}
+	}
+	if o.LongLived {
+		if o.Runs <= 0 {
+			o.Runs = 1
+		}
+		if o.UpdatesPerRun <= 0 {
+			o.UpdatesPerRun = DefaultFloorUpdatesPerRun
+		}
+		res.Runs, res.UpdatesPerRun = o.Runs, o.UpdatesPerRun
+		runs, startErr := startLongLived(ctx, o.Client, res.TaskQueue, res.RunID, o.Runs, o.UpdatesPerRun)
+		defer func() {
+			// However the floor ended, the runs it started end with it.
+			if stopErr := stopLongLived(ctx, o.Client, runs); stopErr != nil && err == nil {
+				err = stopErr
+			}
+		}()
+		if startErr != nil {
+			return res, startErr
+		}
+		op = func(string) floorOp {
+			return func(ctx context.Context, _ int64, caller int) (time.Duration, error) {
+				return updateLongLived(ctx, o.Client, runs[caller%len(runs)])
+			}
+		}
+	}
+	if err := runEmpty(ctx, o.Warmup, o.Concurrency, op(res.RunID+"-warmup"), nil); err != nil {
 		return res, fmt.Errorf("warm-up: %w", err)
 	}
 
@@ -162,7 +256,7 @@ func Floor(ctx context.Context, o FloorOptions) (FloorResult, error) {
 			}
 		}
 	}()
-	_ = runEmpty(ctx, o.Client, res.TaskQueue, res.Mode, res.RunID, o.Workflows, o.Concurrency, func(elapsed time.Duration, err error) {
+	_ = runEmpty(ctx, o.Workflows, o.Concurrency, op(res.RunID), func(elapsed time.Duration, err error) {
 		mu.Lock()
 		if err != nil {
 			res.Errors++
@@ -187,29 +281,27 @@ func Floor(ctx context.Context, o FloorOptions) (FloorResult, error) {
 	return res, ctx.Err()
 }
 
-// runEmpty runs n empty workflows on concurrency goroutines and returns the
-// first error; each completion is passed to done when it is not nil.
-func runEmpty(ctx context.Context, c client.Client, taskQueue, mode, prefix string, n, concurrency int, done func(time.Duration, error)) error {
+// floorOp is one timed operation of a floor: the i-th of the run, by
+// caller (0 … concurrency-1).
+type floorOp func(ctx context.Context, i int64, caller int) (time.Duration, error)
+
+// runEmpty runs op n times on concurrency goroutines and returns the first
+// error; each completion is passed to done when it is not nil.
+func runEmpty(ctx context.Context, n, concurrency int, op floorOp, done func(time.Duration, error)) error {
 	var (
 		next  atomic.Int64
 		mu    sync.Mutex
 		first error
 		wg    sync.WaitGroup
 	)
-	for range concurrency {
+	for caller := range concurrency {
 		wg.Go(func() {
 			for {
 				i := next.Add(1) - 1
 				if i >= int64(n) || ctx.Err() != nil {
 					return
 				}
-				opts := client.StartWorkflowOptions{
-					ID:                  fmt.Sprintf("bench-floor-%s-%d", prefix, i),
-					TaskQueue:           taskQueue,
-					WorkflowRunTimeout:  time.Minute,
-					WorkflowTaskTimeout: 10 * time.Second,
-				}
-				took, err := runOne(ctx, c, mode, opts)
+				took, err := op(ctx, i, caller)
 				if done != nil {
 					done(took, err)
 				}
@@ -228,6 +320,65 @@ func runEmpty(ctx context.Context, c client.Client, taskQueue, mode, prefix stri
 		return first
 	}
 	return ctx.Err()
+}
+
+// longLivedRun names a run that stays (its first run; later ones follow it
+// by workflow ID).
+type longLivedRun struct{ id, firstRunID string }
+
+// startLongLived starts n long-lived runs and waits until each finished its
+// first workflow task and waits for updates.
+func startLongLived(ctx context.Context, c client.Client, taskQueue, prefix string, n, perRun int) ([]longLivedRun, error) {
+	var runs []longLivedRun
+	for k := range n {
+		run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
+			ID:        fmt.Sprintf("bench-floor-%s-long-lived-%d", prefix, k),
+			TaskQueue: taskQueue,
+			// A safety net only: the floor stops its runs when it is done.
+			WorkflowExecutionTimeout: time.Hour,
+			WorkflowTaskTimeout:      10 * time.Second,
+		}, floorLongLivedWorkflowName, perRun)
+		if err != nil {
+			return runs, fmt.Errorf("start long-lived run %d: %w", k, err)
+		}
+		runs = append(runs, longLivedRun{id: run.GetID(), firstRunID: run.GetRunID()})
+		if err := awaitFirstTask(ctx, c, run.GetID(), run.GetRunID()); err != nil {
+			return runs, err
+		}
+	}
+	return runs, nil
+}
+
+// updateLongLived sends one update to the run's latest run and waits for its
+// answer; an update that reached a run as it continued as new is retried by
+// the client on the next.
+func updateLongLived(ctx context.Context, c client.Client, run longLivedRun) (time.Duration, error) {
+	start := time.Now()
+	h, err := c.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
+		WorkflowID: run.id, UpdateName: floorUpdateName, WaitForStage: client.WorkflowUpdateStageCompleted,
+	})
+	if err == nil {
+		err = h.Get(ctx, nil)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("update %s: %w", run.id, err)
+	}
+	return time.Since(start), nil
+}
+
+// stopLongLived signals each run to end and waits until its latest run has.
+func stopLongLived(ctx context.Context, c client.Client, runs []longLivedRun) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer cancel()
+	for _, r := range runs {
+		if err := c.SignalWorkflow(ctx, r.id, "", floorStopSignal, nil); err != nil {
+			return fmt.Errorf("stop long-lived run %s: %w", r.id, err)
+		}
+		if err := c.GetWorkflow(ctx, r.id, "").Get(ctx, nil); err != nil {
+			return fmt.Errorf("long-lived run %s: %w; its history: %s", r.id, err, historyTrail(ctx, c, r.id, ""))
+		}
+	}
+	return nil
 }
 
 // runOne runs one empty workflow and returns the time its mode counts:

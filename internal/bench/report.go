@@ -133,9 +133,19 @@ func WriteFloorTable(w io.Writer, f FloorResult) {
 		answer = "update answered"
 	case floorModeUpdateStarted:
 		answer = "update to the waiting run answered"
+	case floorModeLongLived:
+		// Each row counts updates: the runs stay.
+		fmt.Fprintf(w, "| updates to %d long-lived run(s), continued as new every %d | concurrency | completed | errors | wall | updates/s | update answered p50 / p95 / p99 |\n", f.Runs, f.UpdatesPerRun)
+		fmt.Fprintln(w, "|---|---|---|---|---|---|---|")
+		writeFloorRow(w, f)
+		return
 	}
 	fmt.Fprintln(w, "| empty workflows | concurrency | completed | errors | wall | wf/s | "+answer+" p50 / p95 / p99 |")
 	fmt.Fprintln(w, "|---|---|---|---|---|---|---|")
+	writeFloorRow(w, f)
+}
+
+func writeFloorRow(w io.Writer, f FloorResult) {
 	fmt.Fprintf(w, "| %d | %d | %d | %d | %.1fs | %.1f | %s / %s / %s |\n", f.Workflows, f.Concurrency, f.Completed, f.Errors,
 		f.DurationS, f.WFPerS, fmtMS(f.Latency.P50), fmtMS(f.Latency.P95), fmtMS(f.Latency.P99))
 	if f.FirstError != "" {
