@@ -37,7 +37,21 @@ type BatchOptions struct {
 	// CourseId search attribute values, which Temporal limits per value
 	// (frontend.searchAttributesSizeOfValueLimit, 2 KiB by default).
 	MaxAttrBytes int
+	// Desks, when positive, sends each batch as an update to one of Desks
+	// runs that stay (workflows.EnrollmentDesk) instead of starting a run
+	// for it; InFlight is then deskInFlight batches a desk.
+	Desks int
+	// DeskBatches is how many batches a desk run decides before it
+	// continues as new.
+	DeskBatches int
 }
+
+// deskInFlight bounds the batches under way on one desk: the Temporal
+// server admits at most 10 updates in flight on a run
+// (history.maxInFlightUpdates) and, past that, aborts updates that callers
+// retry until the run's answers collapse (docs/performance.md, "Runs that
+// stay").
+const deskInFlight = 8
 
 // claimBatcher collects enrollment claims and decides them a batch at a
 // time. A claim that finds a free slot goes out at once, alone, so a
@@ -61,6 +75,8 @@ type claimBatcher struct {
 	trip    atomic.Int64
 	gap     time.Duration
 	arrived time.Time
+	// deskLoad counts the batches under way on each desk (Desks > 0).
+	deskLoad []atomic.Int32
 }
 
 // joinersWorthWaiting is how many claims must be expected to join a batch
@@ -116,6 +132,14 @@ func newClaimBatcher(t Temporal, log *slog.Logger, m *metrics, o BatchOptions, t
 	if o.QueueLimit <= 0 {
 		o.QueueLimit = 4 * o.MaxBatch * o.InFlight
 	}
+	if o.Desks > 0 {
+		// The queue keeps batch mode's bound; only the batches under way
+		// differ.
+		o.InFlight = o.Desks * deskInFlight
+		if o.DeskBatches <= 0 {
+			o.DeskBatches = config.DefaultClaimDeskBatches
+		}
+	}
 	if o.MaxAttrBytes <= 0 {
 		o.MaxAttrBytes = config.DefaultClaimBatchAttrBytes
 	}
@@ -126,6 +150,7 @@ func newClaimBatcher(t Temporal, log *slog.Logger, m *metrics, o BatchOptions, t
 		done:     make(chan struct{}),
 		finished: make(chan struct{}, 1),
 		gap:      time.Second, // until claims arrive: quiet
+		deskLoad: make([]atomic.Int32, max(o.Desks, 0)),
 	}
 	go b.loop()
 	return b
@@ -260,6 +285,9 @@ func (b *claimBatcher) noteTrip(d time.Duration) {
 // worthWaiting says whether, by the recent round trips and arrivals, at
 // least joinersWorthWaiting claims are expected during one run.
 func (b *claimBatcher) worthWaiting() bool {
+	if b.opts.Desks > 0 {
+		return false // a batch beside others on a desk costs no run of its own
+	}
 	return time.Duration(b.trip.Load()) >= joinersWorthWaiting*max(b.gap, time.Microsecond)
 }
 
@@ -348,6 +376,10 @@ func (b *claimBatcher) flush(batch []*pendingClaim) {
 		answer(claimResult{err: err}, nil)
 		return
 	}
+	if b.opts.Desks > 0 {
+		b.flushToDesk(batch, id.String(), answer)
+		return
+	}
 	in := workflows.EnrollmentBatchInput{BatchID: id.String(), ConfirmBeforeAnswer: true}
 	var courses, students []string
 	seenCourse, seenStudent := map[string]bool{}, make(map[string]bool, len(batch))
@@ -424,4 +456,73 @@ func (b *claimBatcher) flush(batch []*pendingClaim) {
 		return
 	}
 	answer(claimResult{workflowID: workflowID, runID: runID}, decisions)
+}
+
+// flushToDesk decides one batch as an update to the least busy desk run,
+// starting the desk if it is not there. Once the desk accepted the update it
+// holds every claim and decides them on its own.
+func (b *claimBatcher) flushToDesk(batch []*pendingClaim, batchID string, answer func(claimResult, []workflows.Decision)) {
+	k := 0
+	for i := range b.deskLoad {
+		if b.deskLoad[i].Load() < b.deskLoad[k].Load() {
+			k = i
+		}
+	}
+	b.deskLoad[k].Add(1)
+	defer b.deskLoad[k].Add(-1)
+	in := workflows.EnrollmentBatchInput{BatchID: batchID, ConfirmBeforeAnswer: true, CollectedAt: time.Now().UTC()}
+	submitted := make([]time.Time, len(batch))
+	for i, p := range batch {
+		in.Claims = append(in.Claims, p.in)
+		submitted[i] = p.submitted
+	}
+	workflowID := workflows.EnrollmentDeskWorkflowID(k)
+	start := b.temporal.NewWithStartWorkflowOperation(client.StartWorkflowOptions{
+		ID:        workflowID,
+		TaskQueue: workflows.TaskQueue,
+		// The desk is there for every batch; after it closed (an
+		// operator's cancel), the next batch starts it again.
+		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
+		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
+	}, workflows.EnrollmentDesk, workflows.EnrollmentDeskInput{Desk: k, BatchesPerRun: b.opts.DeskBatches})
+	// The batch belongs to no single request, so no request's context.
+	ctx, cancel := context.WithTimeout(context.Background(), b.timeout)
+	defer cancel()
+	call := time.Now()
+	b.metrics.batchStarted(call, submitted)
+	handle, err := b.temporal.UpdateWithStartWorkflow(ctx, client.UpdateWithStartWorkflowOptions{
+		StartWorkflowOperation: start,
+		UpdateOptions: client.UpdateWorkflowOptions{
+			WorkflowID: workflowID,
+			UpdateID:   batchID, // a retried call is the same update
+			UpdateName: workflows.UpdateDeskBatch,
+			Args:       []any{in},
+			// Accepted, then the outcome: an accepted batch is the
+			// desk's to decide, whatever happens to this wait.
+			WaitForStage: client.WorkflowUpdateStageAccepted,
+		},
+	})
+	if err != nil {
+		answer(claimResult{err: fmt.Errorf("send batch %s of %d claims to desk %s: %w", batchID, len(batch), workflowID, err)}, nil)
+		return
+	}
+	for _, p := range batch {
+		select {
+		case p.run <- batchRun{workflowID: workflowID, runID: handle.RunID()}:
+		default:
+		}
+	}
+	var decisions []workflows.Decision
+	if err := handle.Get(ctx, &decisions); err != nil {
+		answer(claimResult{workflowID: workflowID, runID: handle.RunID(),
+			err: fmt.Errorf("batch %s of %d claims on desk %s: %w: %w", batchID, len(batch), workflowID, errUndecided, err)}, nil)
+		return
+	}
+	b.noteTrip(time.Since(call))
+	b.metrics.batchDecided(time.Since(call))
+	if len(decisions) != len(batch) {
+		answer(claimResult{err: fmt.Errorf("batch %s: %d decisions for %d claims", batchID, len(decisions), len(batch))}, nil)
+		return
+	}
+	answer(claimResult{workflowID: workflowID, runID: handle.RunID()}, decisions)
 }

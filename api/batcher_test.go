@@ -276,3 +276,82 @@ func TestBatcherStartsASecondRunOnlyWhenItPays(t *testing.T) {
 		})
 	}
 }
+
+// deskTemporal takes each batch sent to a desk and holds it until release;
+// it records which desk got which batch, and the update's shape.
+type deskTemporal struct {
+	undecidedTemporal
+	release chan struct{}
+	entered chan string // receives the desk's workflow ID of each batch
+
+	mu      sync.Mutex
+	updates []client.UpdateWorkflowOptions
+}
+
+func (f *deskTemporal) UpdateWithStartWorkflow(ctx context.Context, o client.UpdateWithStartWorkflowOptions) (client.WorkflowUpdateHandle, error) {
+	op, ok := o.StartWorkflowOperation.(*fakeStart)
+	if !ok {
+		return nil, errors.New("test: no start operation")
+	}
+	close(op.called)
+	f.mu.Lock()
+	f.updates = append(f.updates, o.UpdateOptions)
+	f.mu.Unlock()
+	f.entered <- o.UpdateOptions.WorkflowID
+	in, ok := o.UpdateOptions.Args[0].(workflows.EnrollmentBatchInput)
+	if !ok {
+		return nil, errors.New("test: the update carries no batch")
+	}
+	select {
+	case <-f.release:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return decidedBatch{claims: len(in.Claims)}, nil
+}
+
+// With desks, a batch goes out beside the ones under way, to the least
+// busy desk, even when the averages say many claims would join a wait: a
+// batch beside others on a desk costs no run of its own.
+func TestBatcherSendsBatchesToTheLeastBusyDesk(t *testing.T) {
+	f := &deskTemporal{release: make(chan struct{}), entered: make(chan string, 64)}
+	b := newClaimBatcher(f, slog.New(slog.DiscardHandler), nil, BatchOptions{MaxBatch: 10, Desks: 2, DeskBatches: 7}, 5*time.Second)
+	defer b.close()
+	if b.opts.InFlight != 2*deskInFlight {
+		t.Fatalf("in flight %d, want %d batches on each of 2 desks", b.opts.InFlight, deskInFlight)
+	}
+	b.trip.Store(int64(100 * time.Millisecond)) // busy: a batch run would wait
+	b.gap = time.Millisecond
+	var wg sync.WaitGroup
+	for i := range 3 {
+		wg.Go(func() {
+			r, err := b.submit(context.Background(), workflows.EnrollmentInput{CourseID: "c", StudentID: fmt.Sprintf("s%d", i)})
+			if err != nil || r.decision.Refusal != workflows.RefusalCourseNotFound {
+				t.Errorf("claim %d: %+v, %v", i, r, err)
+			}
+		})
+		// Each claim goes out alone, beside the ones held.
+		select {
+		case <-f.entered:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("claim %d waited for the batches under way", i)
+		}
+	}
+	close(f.release)
+	wg.Wait()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var desks []string
+	for _, u := range f.updates {
+		desks = append(desks, u.WorkflowID)
+		in := u.Args[0].(workflows.EnrollmentBatchInput)
+		if u.UpdateName != workflows.UpdateDeskBatch || u.UpdateID != in.BatchID || in.BatchID == "" ||
+			in.CollectedAt.IsZero() || !in.ConfirmBeforeAnswer || len(in.Claims) != 1 {
+			t.Errorf("update %+v carries %+v", u, in)
+		}
+	}
+	want := []string{workflows.EnrollmentDeskWorkflowID(0), workflows.EnrollmentDeskWorkflowID(1), workflows.EnrollmentDeskWorkflowID(0)}
+	if fmt.Sprint(desks) != fmt.Sprint(want) {
+		t.Errorf("batches went to %v, want %v (the least busy desk each time)", desks, want)
+	}
+}

@@ -603,6 +603,8 @@ var composeDefaulted = map[string]string{
 	"CLAIM_BATCH_MAX":             "the default is tuned in docs/performance.md",
 	"CLAIM_BATCH_INFLIGHT":        "the default is tuned in docs/performance.md",
 	"CLAIM_BATCH_ATTR_BYTES":      "set on the api, the only service that batches",
+	"CLAIM_DESKS":                 "read only with ENROLL_MODE=desk, which compose does not run",
+	"CLAIM_DESK_BATCHES":          "read only with ENROLL_MODE=desk, which compose does not run",
 	"WORKER_MAX_ACTIVITIES":       "set on the worker, the only service that runs activities",
 	"CONSUMER_GROUP":              "set on the consumer, the only service in the group",
 	"REQUEST_TIMEOUT":             "the default bounds each request; documented waits are added per route",

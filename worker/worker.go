@@ -57,6 +57,7 @@ func RegisterWorkflows(r Registry) {
 	r.RegisterWorkflow(workflows.Cancellation)
 	r.RegisterWorkflow(workflows.Promotion)
 	r.RegisterWorkflow(workflows.EnrollmentBatch)
+	r.RegisterWorkflow(workflows.EnrollmentDesk)
 	r.RegisterWorkflow(workflows.IssueCoupon)
 	r.RegisterWorkflow(workflows.UseCoupon)
 	r.RegisterWorkflow(workflows.DeliverEvent)

@@ -38,8 +38,10 @@ type EnrollmentInput struct {
 	// OccurredAt is the time on the events a batch run may already have
 	// published for this enrollment before handing it over: the run
 	// publishes the same payload under the same event ID, so copies on the
-	// topic stay identical. Zero for every other run, which stamps its
-	// events with its own workflow time.
+	// topic stay identical. A desk sets it on each claim to its batch's
+	// CollectedAt before it merges the batches of one workflow task. Zero
+	// for every other run, which stamps its events with its own workflow
+	// time.
 	OccurredAt time.Time `json:",omitzero"`
 	// StarterUpdateID is the ID of the decision update of the request that
 	// starts the run, and AnswerWait how long that request waits for its

@@ -33,6 +33,11 @@ type EnrollmentBatchInput struct {
 	// marker would do the same but costs every run a search-attribute
 	// upsert, one more visibility write on the Temporal server.)
 	ConfirmBeforeAnswer bool `json:",omitempty"`
+	// CollectedAt is when the API closed the batch; a desk run
+	// (EnrollmentDesk) stamps the batch's events with it, where a batch
+	// run uses its own start time. Both are in the run's history, so a
+	// retried workflow task publishes the same payload.
+	CollectedAt time.Time `json:",omitzero"`
 }
 
 // ReserveSeatsInput claims seats for many students at once. Decisions come
@@ -84,7 +89,7 @@ func EnrollmentBatch(ctx workflow.Context, in EnrollmentBatchInput) (BatchState,
 	if err := c.register(ctx, same[[]Decision]); err != nil {
 		return c.state, err
 	}
-	err := runBatch(ctx, in, &c.state, func(d []Decision) { c.decide(ctx, d) })
+	err := runBatch(ctx, in, &c.state, func(d []Decision) { c.decide(ctx, d) }, publishInRun)
 	c.end(ctx, err, func(err error) []Decision {
 		d := make([]Decision, len(in.Claims))
 		for i, claim := range in.Claims {
@@ -111,7 +116,20 @@ func batchLocalActivityOptions() workflow.LocalActivityOptions {
 	return workflow.LocalActivityOptions{StartToCloseTimeout: 10 * time.Second, RetryPolicy: databaseRetryPolicy}
 }
 
-func runBatch(ctx workflow.Context, in EnrollmentBatchInput, state *BatchState, decide func([]Decision)) (err error) {
+// durablePublish publishes a decided batch's events when the fast path did
+// not: in the batch run itself (publishInRun), or in a run of their own
+// (the desk's publishInChild). It owns the saga from there on.
+type durablePublish func(ctx workflow.Context, in EnrollmentBatchInput, b decidedBatch, s *saga, state *BatchState) error
+
+// decidedBatch is what a batch holds once its seats are reserved.
+type decidedBatch struct {
+	granted     []EnrollmentInput
+	reservedIDs []string
+	publish     PublishBatchInput
+	occurredAt  time.Time
+}
+
+func runBatch(ctx workflow.Context, in EnrollmentBatchInput, state *BatchState, decide func([]Decision), durable durablePublish) (err error) {
 	info := workflow.GetInfo(ctx)
 	// Until ReserveSeats answers, any claim may hold a seat (its commit may
 	// have happened with the answer lost); releasing an ID that holds none
@@ -166,12 +184,19 @@ func runBatch(ctx workflow.Context, in EnrollmentBatchInput, state *BatchState, 
 	// carry the same payload as the first (copies share event_id and
 	// payload; docs/testing.md, "The delivery guarantee").
 	occurredAt := workflow.GetInfo(ctx).WorkflowStartTime.UTC()
+	if !in.CollectedAt.IsZero() {
+		occurredAt = in.CollectedAt.UTC()
+	}
 	publish := PublishBatchInput{}
 	for _, c := range granted {
+		at := occurredAt
+		if !c.OccurredAt.IsZero() {
+			at = c.OccurredAt.UTC() // its own batch's time, in a desk's merged batch
+		}
 		publish.Messages = append(publish.Messages, Message{Topic: EnrollmentTopic, Key: c.CourseID, Event: Event{
 			ID:         EventID(c.EnrollmentID, EventEnrollmentConfirmed),
 			Type:       EventEnrollmentConfirmed,
-			OccurredAt: occurredAt,
+			OccurredAt: at,
 			Data: map[string]any{
 				"enrollment_id": c.EnrollmentID, "course_id": c.CourseID, "student_id": c.StudentID,
 			},
@@ -200,8 +225,14 @@ func runBatch(ctx workflow.Context, in EnrollmentBatchInput, state *BatchState, 
 		}
 	}
 	decide(reserved.Decisions)
+	return durable(ctx, in, decidedBatch{granted: granted, reservedIDs: reservedIDs, publish: publish, occurredAt: occurredAt}, &s, state)
+}
 
-	err = PublishBatch.Execute(publishOptions(ctx), publish)
+// publishInRun is the batch run's durable path: the publish activity on its
+// retry policy, then the confirmation; when the policy is spent, each
+// enrollment goes on in a run of its own.
+func publishInRun(ctx workflow.Context, in EnrollmentBatchInput, b decidedBatch, s *saga, state *BatchState) error {
+	err := PublishBatch.Execute(publishOptions(ctx), b.publish)
 	if temporal.IsCanceledError(err) {
 		return err
 	}
@@ -211,14 +242,14 @@ func runBatch(ctx workflow.Context, in EnrollmentBatchInput, state *BatchState, 
 		// as a single enrollment would; this batch is done with them.
 		s.forget()
 		state.Status = StatusDeadLettered
-		return handOff(ctx, granted, occurredAt, state)
+		return handOff(ctx, b.granted, b.occurredAt, state)
 	}
 
 	// The events are out: the seats belong to the students.
 	s.forget()
 	cctx, cancel := workflow.NewDisconnectedContext(ctx)
 	defer cancel()
-	if err := ConfirmBatch.ExecuteLocal(batchLocalOptions(cctx), reservedIDs); err != nil {
+	if err := ConfirmBatch.ExecuteLocal(batchLocalOptions(cctx), b.reservedIDs); err != nil {
 		return fmt.Errorf("confirm batch %s: %w", in.BatchID, err)
 	}
 	state.Status = StatusConfirmed
@@ -256,7 +287,10 @@ func handOff(ctx workflow.Context, granted []EnrollmentInput, occurredAt time.Ti
 	for _, c := range granted {
 		// Some of the batch's events may be on the topic already (a
 		// publish whose acks were lost): the child's copy must match.
-		c.Reserved, c.OccurredAt = true, occurredAt
+		c.Reserved = true
+		if c.OccurredAt.IsZero() { // a desk's claims carry their batch's time
+			c.OccurredAt = occurredAt
+		}
 		cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{
 			// The enrollment ID keeps the child apart from any earlier run
 			// of the same student and course still finishing its own work.

@@ -53,6 +53,11 @@ var fixtures = []fixture{
 		path: "handed-off enrollment (Reserved): publish dead-lettered, operator retry, published and confirmed"},
 	{file: "enrollment_handed_off_dead_letter_compensated.json", workflow: "Enrollment",
 		path: "handed-off enrollment (Reserved): publish dead-lettered, operator compensate, seat released, enrollment.failed published"},
+	// Batches on a desk (ENROLL_MODE=desk).
+	{file: "enrollment_desk_continued_as_new.json", workflow: "EnrollmentDesk",
+		path: "a desk's first run: one batch on the fast path (confirmed), one whose fast path failed (answered reserved, handed to a batch run of its own, abandoned), then continued as new after its two batches"},
+	{file: "enrollment_batch_from_desk.json", workflow: "EnrollmentBatch",
+		path: "a desk's durable path: no fast path, the desk's reservation found, PublishBatch retried until the broker was back, confirmed, events stamped with the batch's CollectedAt"},
 	// Enrollment run per request (ENROLL_MODE=single).
 	{file: "enrollment_confirmed.json", workflow: "Enrollment",
 		path: "seat reserved, answered reserved, event published, confirmed"},
@@ -126,6 +131,7 @@ func newReplayer() worker.WorkflowReplayer {
 	r.RegisterWorkflow(workflows.Cancellation)
 	r.RegisterWorkflow(workflows.Promotion)
 	r.RegisterWorkflow(workflows.EnrollmentBatch)
+	r.RegisterWorkflow(workflows.EnrollmentDesk)
 	r.RegisterWorkflow(workflows.IssueCoupon)
 	r.RegisterWorkflow(workflows.UseCoupon)
 	r.RegisterWorkflow(workflows.DeliverEvent)
@@ -202,7 +208,7 @@ func TestEveryFixtureIsInTheTable(t *testing.T) {
 		t.Errorf("the fixtures table lists %s, which is not in testdata/", file)
 	}
 	// Every registered workflow has at least one history.
-	for _, w := range []string{"Enrollment", "EnrollmentBatch", "Cancellation", "Promotion", "IssueCoupon", "UseCoupon", "DeliverEvent"} {
+	for _, w := range []string{"Enrollment", "EnrollmentBatch", "EnrollmentDesk", "Cancellation", "Promotion", "IssueCoupon", "UseCoupon", "DeliverEvent"} {
 		if len(fixturesOf(w)) == 0 {
 			t.Errorf("no fixture replays %s", w)
 		}
@@ -224,6 +230,7 @@ func TestEveryFixtureFailsAgainstAnotherProgram(t *testing.T) {
 	for name, fn := range map[string]any{
 		"Enrollment":      probe[workflows.EnrollmentInput],
 		"EnrollmentBatch": probe[workflows.EnrollmentBatchInput],
+		"EnrollmentDesk":  probe[workflows.EnrollmentDeskInput],
 		"Cancellation":    probe[workflows.CancellationInput],
 		"Promotion":       probe[workflows.PromoteWaitlistInput],
 		"IssueCoupon":     probe[workflows.IssueCouponInput],

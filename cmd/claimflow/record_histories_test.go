@@ -30,6 +30,7 @@ import (
 	sdkworker "go.temporal.io/sdk/worker"
 	"google.golang.org/protobuf/encoding/protojson"
 
+	appconfig "github.com/claimflow/claimflow/internal/config"
 	"github.com/claimflow/claimflow/internal/notifysim"
 	"github.com/claimflow/claimflow/internal/payoutsim"
 	"github.com/claimflow/claimflow/worker"
@@ -77,8 +78,8 @@ func (r *historyRecorder) record(name, workflowID, runID string) {
 		r.t.Fatal(err)
 	}
 	last := h.Events[len(h.Events)-1].EventType
-	if last != enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED {
-		r.t.Fatalf("%s: run %s ended with %s, want a completed run", name, ref, last)
+	if last != enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED && last != enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW {
+		r.t.Fatalf("%s: run %s ended with %s, want a completed run (or, for a desk, one that continued as new)", name, ref, last)
 	}
 	quiet := temporallog.NewStructuredLogger(slog.New(slog.NewTextHandler(testWriter{r.t}, &slog.HandlerOptions{Level: slog.LevelError})))
 	if err := r.replayer.ReplayWorkflowHistory(quiet, h); err != nil {
@@ -129,6 +130,56 @@ func openDeadLetter(t *testing.T, c *apiClient, what string, match func(d map[st
 		return false
 	})
 	return found
+}
+
+// TestRecordDeskHistories records a desk's first run (ENROLL_MODE=desk) and
+// the batch run it hands a failed fast path to, on a stack of their own:
+//
+//	RECORD_HISTORIES=1 go test -count=1 -run '^TestRecordDeskHistories$' ./cmd/claimflow/
+func TestRecordDeskHistories(t *testing.T) {
+	if os.Getenv("RECORD_HISTORIES") != "1" {
+		t.Skip("records workflows/testdata from a real stack; run with RECORD_HISTORIES=1 (scripts/record-histories)")
+	}
+	s := testStack(t, dataDir(t))
+	replayer := sdkworker.NewWorkflowReplayer()
+	worker.RegisterWorkflows(replayer)
+	rec := &historyRecorder{t: t, s: s, replayer: replayer}
+	c := newAPIClient(t, s)
+	// One desk that continues as new after two batches: the recorded run
+	// holds both and closes on its own.
+	desk := apiInMode(t, s, c, "desk", func(cfg *appconfig.Config) { cfg.ClaimDesks, cfg.ClaimDeskBatches = 1, 2 })
+	run := fmt.Sprintf("%d", time.Now().UnixNano()%1_000_000)
+	course := "rec-desk-" + run
+	c.must("POST", "/v1/courses", map[string]any{"id": course, "title": "Recorded", "capacity": 100}, http.StatusCreated)
+
+	fast := desk.must("POST", "/v1/courses/"+course+"/enrollments", map[string]any{"student_id": "desk-fast-" + run}, http.StatusCreated)
+	if fast["status"] != "confirmed" || fast["workflow_id"] != workflows.EnrollmentDeskWorkflowID(0) {
+		t.Fatalf("a desk enrollment answered %v", fast)
+	}
+	// The fast path's one send fails: the desk answers reserved and hands
+	// the batch to a batch run of its own, which publishes once the broker
+	// is back.
+	removeFault := failProduces(t, s, workflows.EnrollmentTopic)
+	durable := desk.must("POST", "/v1/courses/"+course+"/enrollments", map[string]any{"student_id": "desk-durable-" + run}, http.StatusCreated)
+	if durable["status"] != "reserved" || durable["run_id"] != fast["run_id"] {
+		t.Fatalf("a desk enrollment while the broker refuses writes answered %v (the first: %v)", durable, fast)
+	}
+	// The desk continues as new while the batch run it handed the batch to
+	// still retries: closing must leave that run alone.
+	rec.closed(workflows.EnrollmentDeskWorkflowID(0), fast["run_id"].(string))
+	removeFault()
+	rec.record("enrollment_desk_continued_as_new", workflows.EnrollmentDeskWorkflowID(0), fast["run_id"].(string))
+	var handed []runRef
+	waitFor(t, 30*time.Second, "the batch run the desk handed its batch to", func() bool {
+		var err error
+		handed, err = listRuns(context.Background(), s.Client, s.Config.Namespace,
+			fmt.Sprintf("WorkflowType = 'EnrollmentBatch' AND StudentId = 'desk-durable-%s'", run), 2)
+		return err == nil && len(handed) == 1
+	})
+	rec.record("enrollment_batch_from_desk", handed[0].WorkflowID, handed[0].RunID)
+	if got := c.must("GET", "/v1/enrollments/"+durable["id"].(string), nil, http.StatusOK); got["status"] != "confirmed" {
+		t.Fatalf("the handed-off desk enrollment: %v", got)
+	}
 }
 
 func TestRecordHistories(t *testing.T) {

@@ -26,7 +26,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/temporal"
 
 	appconfig "github.com/claimflow/claimflow/internal/config"
 	"github.com/claimflow/claimflow/internal/devstack"
@@ -441,13 +443,115 @@ func TestIntegration(t *testing.T) {
 	s := testStack(t, dataDir(t))
 	c := newAPIClient(t, s)
 
-	// Both enrollment paths meet the same database guards: the batcher's
-	// group-committed ReserveSeats and the per-request ReserveSeat.
-	for _, mode := range []string{"batch", "single"} {
+	// Every enrollment path meets the same database guards: the batcher's
+	// group-committed ReserveSeats (in a run per batch, or on a desk) and
+	// the per-request ReserveSeat.
+	for _, mode := range []string{"batch", "desk", "single"} {
 		t.Run("concurrent students never oversell/"+mode, func(t *testing.T) {
 			oversellRush(t, s, apiInMode(t, s, c, mode), "hot-"+mode)
 		})
 	}
+	t.Run("a desk decides the batches that reach it together as one", func(t *testing.T) {
+		// While the desk's first batch waits on a course row this test
+		// locks, three more batches reach the desk; its next workflow task
+		// takes them together: one reservation, one publish.
+		desk := apiInMode(t, s, c, "desk", func(cfg *appconfig.Config) { cfg.ClaimDesks = 1 })
+		c.must("POST", "/v1/courses", map[string]any{"id": "merge101", "title": "Merged", "capacity": 10}, http.StatusCreated)
+		ctx := context.Background()
+		tx, err := s.Pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = tx.Rollback(ctx) }()
+		if _, err := tx.Exec(ctx, "SELECT 1 FROM courses WHERE id = 'merge101' FOR UPDATE"); err != nil {
+			t.Fatal(err)
+		}
+		answers := make([]map[string]any, 4)
+		var wg sync.WaitGroup
+		enroll := func(i int) {
+			wg.Go(func() {
+				answers[i] = desk.must("POST", "/v1/courses/merge101/enrollments", map[string]any{"student_id": fmt.Sprintf("merge-%d", i)}, http.StatusCreated)
+			})
+		}
+		enroll(0)
+		waitFor(t, 30*time.Second, "the first batch's reservation waiting on the lock", func() bool {
+			var waiting int
+			err := s.Pool.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%courses%'").Scan(&waiting)
+			return err == nil && waiting > 0
+		})
+		for i := 1; i < 4; i++ {
+			enroll(i)
+		}
+		waitFor(t, 30*time.Second, "four batches sent", func() bool {
+			return metricValue(metricsText(t, desk), "claimflow_claim_batch_claims_count") >= 4
+		})
+		time.Sleep(time.Second) // for the last update to reach the server
+		if err := tx.Rollback(ctx); err != nil {
+			t.Fatal(err)
+		}
+		wg.Wait()
+		runID := ""
+		for i, a := range answers {
+			if a["status"] != "confirmed" || a["workflow_id"] != workflows.EnrollmentDeskWorkflowID(0) {
+				t.Fatalf("enrollment %d answered %v", i, a)
+			}
+			runID = a["run_id"].(string)
+		}
+		// Per workflow task of the desk's run: the batches it accepted and
+		// the local activities it ran.
+		most := 0
+		accepted, markers := 0, 0
+		// A task's events follow its WorkflowTaskCompleted.
+		endOfTask := func() {
+			if accepted >= 2 && markers != 2 {
+				t.Errorf("a workflow task took %d batches with %d local activities, want 2 (one reservation, one publish)", accepted, markers)
+			}
+			accepted, markers = 0, 0
+		}
+		it := s.Client.GetWorkflowHistory(ctx, workflows.EnrollmentDeskWorkflowID(0), runID, false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+		for it.HasNext() {
+			ev, err := it.Next()
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch ev.GetEventType() {
+			case enumspb.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
+				endOfTask()
+			case enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED:
+				accepted++
+				most = max(most, accepted)
+			case enumspb.EVENT_TYPE_MARKER_RECORDED:
+				markers++
+			}
+		}
+		endOfTask()
+		if most < 2 {
+			t.Errorf("no workflow task of the desk took more than %d batch: none merged", most)
+		}
+	})
+
+	t.Run("concurrent students never oversell/desk continuing as new every 2 batches", func(t *testing.T) {
+		// One desk that continues as new after every second batch: the
+		// rush's batches meet runs as they close, and the server's aborted
+		// updates must reach the next run, each once.
+		// The desk of the rush above keeps its own input: an operator's
+		// cancel closes it, and the next batch starts a desk with this
+		// API's settings.
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := s.Client.CancelWorkflow(ctx, "enrollment-desk:0", ""); err != nil {
+			t.Fatalf("cancel desk 0: %v", err)
+		}
+		if err := s.Client.GetWorkflow(ctx, "enrollment-desk:0", "").Get(ctx, nil); !temporal.IsCanceledError(err) {
+			t.Fatalf("desk 0 after its cancel: %v, want cancelled", err)
+		}
+		oversellRush(t, s, apiInMode(t, s, c, "desk", func(cfg *appconfig.Config) { cfg.ClaimDesks, cfg.ClaimDeskBatches = 1, 2 }), "hot-desk-can")
+		// The rush's first claim goes out alone, the rest after it: at
+		// least two batches, so the new desk continued as new at least once.
+		if runs := deskRuns(t, s, "enrollment-desk:0"); runs < 2 {
+			t.Errorf("the desk started by the rush has %d run(s): it did not continue as new", runs)
+		}
+	})
 
 	t.Run("duplicate and invalid requests", func(t *testing.T) {
 		c.must("POST", "/v1/courses", map[string]any{"id": "dup101", "title": "Dup", "capacity": 5}, http.StatusCreated)
@@ -619,15 +723,46 @@ func TestIntegration(t *testing.T) {
 	})
 }
 
-// apiInMode is a client of an API in the given ENROLL_MODE: the stack's own
-// when it runs in that mode, else a second API started on the same stack.
-func apiInMode(t *testing.T, s *stack, c *apiClient, mode string) *apiClient {
+// deskRuns counts the runs of a desk's workflow ID, following its chain of
+// continue-as-new back from the latest run (0 when it never ran).
+func deskRuns(t *testing.T, s *stack, id string) int {
 	t.Helper()
-	if s.Config.EnrollMode == mode {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	runs, runID := 0, ""
+	for {
+		it := s.Client.GetWorkflowHistory(ctx, id, runID, false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+		if !it.HasNext() {
+			return runs
+		}
+		ev, err := it.Next()
+		if err != nil {
+			if runs == 0 {
+				return 0 // never started
+			}
+			t.Fatalf("history of %s %s: %v", id, runID, err)
+		}
+		runs++
+		runID = ev.GetWorkflowExecutionStartedEventAttributes().GetContinuedExecutionRunId()
+		if runID == "" {
+			return runs
+		}
+	}
+}
+
+// apiInMode is a client of an API in the given ENROLL_MODE: the stack's own
+// when it runs in that mode (and nothing is tuned), else a second API
+// started on the same stack with tune applied to its configuration.
+func apiInMode(t *testing.T, s *stack, c *apiClient, mode string, tune ...func(*appconfig.Config)) *apiClient {
+	t.Helper()
+	if s.Config.EnrollMode == mode && len(tune) == 0 {
 		return c
 	}
 	cfg := s.Config
 	cfg.EnrollMode = mode
+	for _, f := range tune {
+		f(&cfg)
+	}
 	cfg.HTTPAddr = "127.0.0.1:0"
 	svc, err := startAPI(cfg, s.Log, s.Pool, s.Client, newTelemetry())
 	if err != nil {

@@ -29,6 +29,13 @@ const (
 	DefaultClaimBatchMax = 500
 	// DefaultClaimBatchInFlight bounds the batch runs under way at once.
 	DefaultClaimBatchInFlight = 2
+	// DefaultClaimDesks is how many desk runs the API sends batches to
+	// (ENROLL_MODE=desk).
+	DefaultClaimDesks = 2
+	// DefaultClaimDeskBatches is how many batches a desk run decides before
+	// it continues as new: well below the 2,000 updates the Temporal server
+	// lets one run take (history.maxTotalUpdates).
+	DefaultClaimDeskBatches = 500
 	// DefaultClaimBatchAttrBytes keeps a batch's CourseId/StudentId search
 	// attribute values below the server's default per-value limit
 	// (frontend.searchAttributesSizeOfValueLimit, 2 KiB).
@@ -115,10 +122,12 @@ var variables = []variable{
 	{"CONSUMER_GROUP", "claimflow-notifications", "the consumer's group"},
 	{"CONSUMER_BATCH", strconv.Itoa(DefaultConsumerBatch), "records the consumer applies together (1-10000)"},
 	{"NOTIFY_WEBHOOK_URL", "", "webhook receiving every notification (empty: the table alone)"},
-	{"ENROLL_MODE", "batch", "batch (group commit) or single (one run per request)"},
+	{"ENROLL_MODE", "batch", "batch (group commit, a run per batch), desk (batches sent to runs that stay) or single (a run per request)"},
 	{"CLAIM_BATCH_MAX", strconv.Itoa(DefaultClaimBatchMax), "claims one batch run decides"},
 	{"CLAIM_BATCH_INFLIGHT", strconv.Itoa(DefaultClaimBatchInFlight), "batch runs under way at once"},
 	{"CLAIM_BATCH_ATTR_BYTES", strconv.Itoa(DefaultClaimBatchAttrBytes), "bound of a batch's search attribute values"},
+	{"CLAIM_DESKS", strconv.Itoa(DefaultClaimDesks), "desk runs the API sends batches to (ENROLL_MODE=desk)"},
+	{"CLAIM_DESK_BATCHES", strconv.Itoa(DefaultClaimDeskBatches), "batches a desk run decides before it continues as new (at most 1500)"},
 	{"WAITLIST_PER_SEAT", strconv.Itoa(DefaultWaitlistPerSeat), "waitlist places per seat of a course's capacity (0: no waitlist)"},
 }
 
@@ -191,9 +200,15 @@ type Config struct {
 	// NotifyWebhookURL, when set, receives every notification before it is
 	// recorded (consumer and worker both); empty means the table alone.
 	NotifyWebhookURL string
-	// EnrollMode is "batch" (group commit, the default) or "single" (one
+	// EnrollMode is "batch" (group commit in a run per batch, the
+	// default), "desk" (batches decided by runs that stay) or "single" (one
 	// Enrollment run per request).
 	EnrollMode string
+	// ClaimDesks is how many desk runs the API sends batches to, and
+	// ClaimDeskBatches how many batches one run decides before it
+	// continues as new.
+	ClaimDesks       int
+	ClaimDeskBatches int
 	// ClaimBatchMax and ClaimBatchInFlight tune group commit.
 	ClaimBatchMax      int
 	ClaimBatchInFlight int
@@ -281,8 +296,17 @@ func load(lookup func(string) (string, bool)) (Config, error) {
 		return c, err
 	}
 	c.EnrollMode = e.get("ENROLL_MODE")
-	if c.EnrollMode != "batch" && c.EnrollMode != "single" {
-		return c, fmt.Errorf("ENROLL_MODE must be batch or single, got %q", c.EnrollMode)
+	if c.EnrollMode != "batch" && c.EnrollMode != "desk" && c.EnrollMode != "single" {
+		return c, fmt.Errorf("ENROLL_MODE must be batch, desk or single, got %q", c.EnrollMode)
+	}
+	if c.ClaimDesks, err = e.positive("CLAIM_DESKS"); err != nil {
+		return c, err
+	}
+	if c.ClaimDeskBatches, err = e.positive("CLAIM_DESK_BATCHES"); err != nil {
+		return c, err
+	}
+	if c.ClaimDeskBatches > 1500 {
+		return c, fmt.Errorf("CLAIM_DESK_BATCHES must be at most 1500 (the server takes 2,000 updates a run), got %d", c.ClaimDeskBatches)
 	}
 	if c.ClaimBatchMax, err = e.positive("CLAIM_BATCH_MAX"); err != nil {
 		return c, err

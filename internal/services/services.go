@@ -87,9 +87,12 @@ func StartAPI(cfg config.Config, log *slog.Logger, pool *pgxpool.Pool, tc client
 		return nil, err
 	}
 	var batching *api.BatchOptions
-	if cfg.EnrollMode == "batch" {
+	switch cfg.EnrollMode {
+	case "batch":
 		batching = &api.BatchOptions{MaxBatch: cfg.ClaimBatchMax, InFlight: cfg.ClaimBatchInFlight,
 			MaxAttrBytes: cfg.ClaimBatchAttrBytes}
+	case "desk":
+		batching = &api.BatchOptions{MaxBatch: cfg.ClaimBatchMax, Desks: cfg.ClaimDesks, DeskBatches: cfg.ClaimDeskBatches, MaxAttrBytes: cfg.ClaimBatchAttrBytes}
 	}
 	handler := api.New(api.Config{
 		Security:         security,

@@ -1,0 +1,174 @@
+package workflows_test
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/claimflow/claimflow/workflows"
+)
+
+// sendDeskBatch sends batch to the desk after delay, as the API does.
+func sendDeskBatch(env *testsuite.TestWorkflowEnvironment, b workflows.EnrollmentBatchInput, delay time.Duration) *batchDecisionCall {
+	c := &batchDecisionCall{}
+	env.RegisterDelayedCallback(func() {
+		env.UpdateWorkflow(workflows.UpdateDeskBatch, b.BatchID, &testsuite.TestUpdateCallback{
+			OnAccept: func() { c.mu.Lock(); c.accepted = true; c.mu.Unlock() },
+			OnReject: func(err error) { c.mu.Lock(); c.rejected = err; c.mu.Unlock() },
+			OnComplete: func(v any, err error) {
+				c.mu.Lock()
+				defer c.mu.Unlock()
+				c.completed, c.err = true, err
+				if err == nil {
+					d, ok := v.([]workflows.Decision)
+					if !ok {
+						c.err = fmt.Errorf("update returned %T", v)
+					}
+					c.value = d
+				}
+			},
+		}, b)
+	}, delay)
+	return c
+}
+
+func deskBatch(id string, claims ...workflows.EnrollmentInput) workflows.EnrollmentBatchInput {
+	return workflows.EnrollmentBatchInput{BatchID: id, Claims: claims, ConfirmBeforeAnswer: true, CollectedAt: testStart}
+}
+
+func TestEnrollmentDesk(t *testing.T) {
+	t.Run("decides each batch on the fast path and continues as new after its batches", func(t *testing.T) {
+		f := newBatchFake().withCourse(courseID, 3, 1)
+		env, _ := newBatchEnv(t, f)
+		env.RegisterWorkflow(workflows.EnrollmentDesk)
+		first := sendDeskBatch(env, deskBatch("b-1", claim("enr-1", courseID, "stu-1"), claim("enr-2", courseID, "stu-2")), 0)
+		// The course has two seats left: the third claim is refused.
+		second := sendDeskBatch(env, deskBatch("b-2", claim("enr-3", courseID, "stu-3"), claim("enr-4", noCourse, "stu-4")), time.Second)
+
+		env.ExecuteWorkflow(workflows.EnrollmentDesk, workflows.EnrollmentDeskInput{Desk: 0, BatchesPerRun: 2})
+
+		require.True(t, env.IsWorkflowCompleted())
+		var can *workflow.ContinueAsNewError
+		require.True(t, errors.As(env.GetWorkflowError(), &can), "after 2 batches the desk continues as new, got %v", env.GetWorkflowError())
+		assert.Equal(t, []workflows.Decision{confirmedDecision("enr-1"), confirmedDecision("enr-2")}, first.result(t))
+		got := second.result(t)
+		require.Len(t, got, 2)
+		assert.Equal(t, workflows.StatusRefused, got[0].Status, "no seat left")
+		assert.Equal(t, workflows.RefusalCourseFull, got[0].Refusal)
+		assert.Equal(t, workflows.StatusRefused, got[1].Status, "no such course")
+		assert.Equal(t, workflows.RefusalCourseNotFound, got[1].Refusal)
+		assert.Equal(t, 3, f.seatsTaken(courseID), "two seats taken, none twice")
+		require.Len(t, f.publishedMessages(), 2, "one event per confirmed enrollment")
+		for _, m := range f.publishedMessages() {
+			assert.True(t, m.Event.OccurredAt.Equal(testStart), "events carry the batch's CollectedAt, not the desk's start")
+		}
+		assert.Empty(t, f.confirmBatchCalls(), "the fast path confirms as it publishes")
+	})
+
+	t.Run("a failed fast path answers reserved and hands the batch to a run of its own", func(t *testing.T) {
+		f := newBatchFake().withCourse(courseID, 30, 2)
+		f.failBatch = 1 // the fast path does not send; the batch run's first durable attempt fails, its retry sends
+		env, _ := newBatchEnv(t, f)
+		env.RegisterWorkflow(workflows.EnrollmentDesk)
+		var children []string
+		env.SetOnChildWorkflowStartedListener(func(info *workflow.Info, _ workflow.Context, _ converter.EncodedValues) {
+			children = append(children, info.WorkflowExecution.ID)
+		})
+		pairGranted := pairClaims()[:2]
+		pairDecisions := []workflows.Decision{reserved("enr-2"), reserved("enr-1"),
+			refusal("enr-3", workflows.RefusalCourseNotFound)}
+		call := sendDeskBatch(env, deskBatch("b-1", pairClaims()...), 0)
+
+		// The desk stays until the batch run is done: the test environment
+		// ends a closed parent's children, which the server does not
+		// (ParentClosePolicy abandon).
+		env.RegisterDelayedCallback(env.CancelWorkflow, 10*time.Minute)
+
+		env.ExecuteWorkflow(workflows.EnrollmentDesk, workflows.EnrollmentDeskInput{})
+
+		require.True(t, env.IsWorkflowCompleted())
+		got := call.result(t)
+		for i := range got {
+			got[i].Message = ""
+		}
+		assert.Equal(t, pairDecisions, got, "reserved at once, the refusal as it is")
+		assert.Equal(t, []string{workflows.EnrollmentBatchWorkflowID("b-1")}, children, "one batch run takes the durable path")
+		for _, c := range pairGranted {
+			assert.Equal(t, workflows.StatusConfirmed, f.enrollment(c.EnrollmentID).Status, "the batch run published and confirmed")
+		}
+		assert.Len(t, f.publishedMessages(), len(pairGranted), "each event once")
+		assert.Equal(t, 4, f.seatsTaken(courseID), "the batch run's reservation found the desk's seats")
+	})
+
+	// The test environment hands each update to a workflow task of its
+	// own; TestIntegration's desk rushes show batches merged on a real
+	// server (deskMerged).
+	t.Run("claims of later batches meet the earlier ones, and each event carries its batch's time", func(t *testing.T) {
+		f := newBatchFake().withCourse(courseID, 30, 0)
+		env, _ := newBatchEnv(t, f)
+		env.RegisterWorkflow(workflows.EnrollmentDesk)
+		second := testStart.Add(time.Second)
+		b1 := deskBatch("b-1", claim("enr-1", courseID, "stu-1"))
+		b2 := deskBatch("b-2", claim("enr-2", courseID, "stu-2"), claim("enr-3", courseID, "stu-1"))
+		b2.CollectedAt = second
+		var first, other *batchDecisionCall
+		env.RegisterDelayedCallback(func() {
+			first = sendDeskBatch(env, b1, 0)
+			other = sendDeskBatch(env, b2, 0)
+		}, time.Millisecond)
+		env.RegisterDelayedCallback(env.CancelWorkflow, time.Minute)
+
+		env.ExecuteWorkflow(workflows.EnrollmentDesk, workflows.EnrollmentDeskInput{})
+
+		require.True(t, env.IsWorkflowCompleted())
+		assert.Equal(t, []workflows.Decision{confirmedDecision("enr-1")}, first.result(t))
+		got := other.result(t)
+		require.Len(t, got, 2)
+		assert.Equal(t, confirmedDecision("enr-2"), got[0])
+		assert.Equal(t, workflows.StatusRefused, got[1].Status, "stu-1 holds a seat from the other batch")
+		assert.Equal(t, workflows.RefusalAlreadyEnrolled, got[1].Refusal)
+		at := map[string]time.Time{}
+		for _, m := range f.publishedMessages() {
+			at[m.Event.Data["enrollment_id"].(string)] = m.Event.OccurredAt
+		}
+		assert.True(t, at["enr-1"].Equal(testStart), "enr-1's event carries its batch's time, got %v", at["enr-1"])
+		assert.True(t, at["enr-2"].Equal(second), "enr-2's event carries its batch's time, got %v", at["enr-2"])
+	})
+
+	t.Run("a cancel closes the desk after the batches it holds", func(t *testing.T) {
+		f := newBatchFake().withCourse(courseID, 30, 0)
+		env, _ := newBatchEnv(t, f)
+		env.RegisterWorkflow(workflows.EnrollmentDesk)
+		call := sendDeskBatch(env, deskBatch("b-1", claim("enr-1", courseID, "stu-1")), 0)
+		env.RegisterDelayedCallback(env.CancelWorkflow, time.Second)
+
+		env.ExecuteWorkflow(workflows.EnrollmentDesk, workflows.EnrollmentDeskInput{})
+
+		require.True(t, env.IsWorkflowCompleted())
+		assert.True(t, temporal.IsCanceledError(env.GetWorkflowError()), "got %v", env.GetWorkflowError())
+		assert.Equal(t, []workflows.Decision{confirmedDecision("enr-1")}, call.result(t))
+	})
+
+	t.Run("an empty batch is rejected", func(t *testing.T) {
+		f := newBatchFake().withCourse(courseID, 30, 0)
+		env, _ := newBatchEnv(t, f)
+		env.RegisterWorkflow(workflows.EnrollmentDesk)
+		call := sendDeskBatch(env, workflows.EnrollmentBatchInput{BatchID: "b-0"}, 0)
+		env.RegisterDelayedCallback(env.CancelWorkflow, time.Second)
+
+		env.ExecuteWorkflow(workflows.EnrollmentDesk, workflows.EnrollmentDeskInput{})
+
+		call.mu.Lock()
+		defer call.mu.Unlock()
+		assert.Error(t, call.rejected)
+		assert.Zero(t, f.callCount(workflows.ReserveSeats.Name))
+	})
+}
