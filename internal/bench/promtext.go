@@ -139,7 +139,7 @@ func cumulativeAt(s histogram, bound float64) float64 {
 // matches says whether labels hold every pair of filter.
 func matches(labels, filter map[string]string) bool {
 	for k, v := range filter {
-		if labels[k] != v {
+		if !slices.Contains(strings.Split(v, "|"), labels[k]) {
 			return false
 		}
 	}

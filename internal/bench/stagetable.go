@@ -66,9 +66,10 @@ type stageSpec struct {
 // clientStage is the row of the bench's own samples.
 const clientStage = "client-observed (bench samples)"
 
-// enrollmentBatchType is the workflow type of a batch run, as the SDK tags
-// its metrics.
-const enrollmentBatchType = "EnrollmentBatch"
+// enrollmentBatchType names the workflow types that decide batches, as the
+// SDK tags their metrics: a batch run, or a desk (ENROLL_MODE=desk; "|"
+// separates the values a filter takes).
+const enrollmentBatchType = "EnrollmentBatch|EnrollmentDesk"
 
 // stageSpecs are the table's rows from metrics, in the order an answer
 // goes through them. The names and labels are those claimflow's /metrics

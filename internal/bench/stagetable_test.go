@@ -150,6 +150,21 @@ func TestHistogramQuantile(t *testing.T) {
 		!reflect.DeepEqual(m.cum, []float64{1, 4, 6}) || m.count != 6 {
 		t.Errorf("merged %+v", m)
 	}
+	// A filter value with "|" takes either: a batch run's and a desk's
+	// series add up, another workflow type's stays out.
+	typed := histograms{"m": {
+		{labels: map[string]string{"workflow_type": "EnrollmentBatch"}, bounds: []float64{0.005}, cum: []float64{2}, count: 2},
+		{labels: map[string]string{"workflow_type": "EnrollmentDesk"}, bounds: []float64{0.005}, cum: []float64{3}, count: 3},
+		{labels: map[string]string{"workflow_type": "DeliverEvent"}, bounds: []float64{0.005}, cum: []float64{7}, count: 7},
+	}}
+	for _, tc := range []struct {
+		filter string
+		want   float64
+	}{{enrollmentBatchType, 5}, {"EnrollmentBatch", 2}, {"Enrollment", 0}} {
+		if m := typed.merge("m", map[string]string{"workflow_type": tc.filter}); m.count != tc.want {
+			t.Errorf("workflow_type %q merged %v observations, want %v", tc.filter, m.count, tc.want)
+		}
+	}
 }
 
 func TestStageRowsNameTheirMetrics(t *testing.T) {
