@@ -132,19 +132,25 @@ func openDeadLetter(t *testing.T, c *apiClient, what string, match func(d map[st
 	return found
 }
 
-// TestRecordDeskHistories records a desk's first run (ENROLL_MODE=desk) and
-// the batch run it hands a failed fast path to, on a stack of their own:
-//
-//	RECORD_HISTORIES=1 go test -count=1 -run '^TestRecordDeskHistories$' ./cmd/claimflow/
-func TestRecordDeskHistories(t *testing.T) {
+// startRecording skips unless RECORD_HISTORIES=1, then starts a private
+// stack and a recorder that checks each history replays against this build.
+func startRecording(t *testing.T) (*stack, *historyRecorder, *apiClient) {
+	t.Helper()
 	if os.Getenv("RECORD_HISTORIES") != "1" {
 		t.Skip("records workflows/testdata from a real stack; run with RECORD_HISTORIES=1 (scripts/record-histories)")
 	}
 	s := testStack(t, dataDir(t))
 	replayer := sdkworker.NewWorkflowReplayer()
 	worker.RegisterWorkflows(replayer)
-	rec := &historyRecorder{t: t, s: s, replayer: replayer}
-	c := newAPIClient(t, s)
+	return s, &historyRecorder{t: t, s: s, replayer: replayer}, newAPIClient(t, s)
+}
+
+// TestRecordDeskHistories records a desk's first run (ENROLL_MODE=desk) and
+// the batch run it hands a failed fast path to, on a stack of their own:
+//
+//	RECORD_HISTORIES=1 go test -count=1 -run '^TestRecordDeskHistories$' ./cmd/claimflow/
+func TestRecordDeskHistories(t *testing.T) {
+	s, rec, c := startRecording(t)
 	// One desk that continues as new after two batches: the recorded run
 	// holds both and closes on its own.
 	desk := apiInMode(t, s, c, "desk", func(cfg *appconfig.Config) { cfg.ClaimDesks, cfg.ClaimDeskBatches = 1, 2 })
@@ -183,22 +189,15 @@ func TestRecordDeskHistories(t *testing.T) {
 }
 
 func TestRecordHistories(t *testing.T) {
-	if os.Getenv("RECORD_HISTORIES") != "1" {
-		t.Skip("records workflows/testdata from a real stack; run with RECORD_HISTORIES=1 (scripts/record-histories)")
-	}
 	// A short payout timeout keeps the lost-answer path quick, as in TestCoupons.
 	t.Setenv("PAYOUT_TIMEOUT", "2s")
-	s := testStack(t, dataDir(t))
+	s, rec, c := startRecording(t)
 	if s.Config.EnrollMode != "batch" {
 		t.Fatalf("the stack runs ENROLL_MODE=%s; the recorder needs the default, batch", s.Config.EnrollMode)
 	}
 	if s.Payout == nil || s.Notify == nil {
 		t.Fatal("the recorder needs the stack's payout and notification simulators (unset VENDOR_PAYOUT_URL and NOTIFY_WEBHOOK_URL)")
 	}
-	replayer := sdkworker.NewWorkflowReplayer()
-	worker.RegisterWorkflows(replayer)
-	rec := &historyRecorder{t: t, s: s, replayer: replayer}
-	c := newAPIClient(t, s)
 	single := apiInMode(t, s, c, "single")
 	// IDs unique to this recording, for a real Kafka broker shared between runs.
 	run := fmt.Sprintf("%d", time.Now().UnixNano()%1_000_000)
@@ -426,14 +425,7 @@ func TestRecordHistories(t *testing.T) {
 // promotion, the promotion, the promoted enrollment's run, a cancellation
 // that only left the queue, and a promotion started by a capacity raise.
 func TestRecordWaitlistHistories(t *testing.T) {
-	if os.Getenv("RECORD_HISTORIES") != "1" {
-		t.Skip("records workflows/testdata from a real stack; run with RECORD_HISTORIES=1 (scripts/record-histories)")
-	}
-	s := testStack(t, dataDir(t))
-	replayer := sdkworker.NewWorkflowReplayer()
-	worker.RegisterWorkflows(replayer)
-	rec := &historyRecorder{t: t, s: s, replayer: replayer}
-	c := newAPIClient(t, s)
+	s, rec, c := startRecording(t)
 	run := fmt.Sprintf("%d", time.Now().UnixNano()%1_000_000)
 	course := "recwl-" + run
 	c.must("POST", "/v1/courses", map[string]any{"id": course, "title": "Recorded waitlist", "capacity": 1}, http.StatusCreated)
