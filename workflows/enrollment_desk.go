@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"slices"
 	"strconv"
 	"time"
 
@@ -181,23 +180,26 @@ func deskDecide(ctx workflow.Context, batches []EnrollmentBatchInput) [][]Decisi
 func publishInChildren(ctx workflow.Context, batches []EnrollmentBatchInput, batchOf map[string]int, b decidedBatch, s *saga, state *BatchState) error {
 	granted := make([][]EnrollmentInput, len(batches))
 	for _, c := range b.granted {
-		granted[batchOf[c.EnrollmentID]] = append(granted[batchOf[c.EnrollmentID]], c)
+		i := batchOf[c.EnrollmentID]
+		granted[i] = append(granted[i], c)
 	}
-	var started []workflow.ChildWorkflowFuture
-	var startedBatches []int
+	started := make([]workflow.ChildWorkflowFuture, len(batches)) // nil: nothing to hand over
 	for i, claims := range granted {
-		if len(claims) == 0 {
+		if len(claims) > 0 {
+			started[i] = startBatchRun(ctx, batches[i].BatchID, claims, batches[i].CollectedAt)
+		}
+	}
+	failed := map[string]bool{} // enrollment IDs no batch run took
+	for i, f := range started {
+		if f == nil {
 			continue
 		}
-		started = append(started, startBatchRun(ctx, batches[i].BatchID, claims, batches[i].CollectedAt))
-		startedBatches = append(startedBatches, i)
-	}
-	var failed []EnrollmentInput
-	for k, f := range started {
 		if err := f.GetChildWorkflowExecution().Get(ctx, nil); err != nil {
 			workflow.GetLogger(ctx).Warn("could not hand a batch to a run of its own; publishing in the desk",
-				"batch_id", batches[startedBatches[k]].BatchID, "error", err)
-			failed = append(failed, granted[startedBatches[k]]...)
+				"batch_id", batches[i].BatchID, "error", err)
+			for _, c := range granted[i] {
+				failed[c.EnrollmentID] = true
+			}
 		}
 	}
 	if len(failed) == 0 {
@@ -207,9 +209,14 @@ func publishInChildren(ctx workflow.Context, batches []EnrollmentBatchInput, bat
 	}
 	// The callers were told "reserved": the events must go out. The desk
 	// publishes those it could not hand over itself, as a batch run would.
-	rest := decidedBatch{granted: failed, occurredAt: b.occurredAt}
+	rest := decidedBatch{occurredAt: b.occurredAt}
+	for _, c := range b.granted {
+		if failed[c.EnrollmentID] {
+			rest.granted = append(rest.granted, c)
+		}
+	}
 	for i, id := range b.publish.EnrollmentIDs {
-		if slices.ContainsFunc(failed, func(c EnrollmentInput) bool { return c.EnrollmentID == id }) {
+		if failed[id] {
 			rest.publish.Messages = append(rest.publish.Messages, b.publish.Messages[i])
 			rest.publish.EnrollmentIDs = append(rest.publish.EnrollmentIDs, id)
 			rest.reservedIDs = append(rest.reservedIDs, id)
@@ -223,12 +230,7 @@ func startBatchRun(ctx workflow.Context, batchID string, claims []EnrollmentInpu
 	child := EnrollmentBatchInput{BatchID: batchID, Claims: claims, CollectedAt: collectedAt}
 	var courses, students []string
 	for _, c := range claims {
-		if !slices.Contains(courses, c.CourseID) {
-			courses = append(courses, c.CourseID)
-		}
-		if !slices.Contains(students, c.StudentID) {
-			students = append(students, c.StudentID)
-		}
+		courses, students = appendNew(courses, c.CourseID), appendNew(students, c.StudentID)
 	}
 	cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{
 		WorkflowID:            EnrollmentBatchWorkflowID(batchID),

@@ -322,14 +322,11 @@ func runEmpty(ctx context.Context, n, concurrency int, op floorOp, done func(tim
 	return ctx.Err()
 }
 
-// longLivedRun names a run that stays (its first run; later ones follow it
-// by workflow ID).
-type longLivedRun struct{ id, firstRunID string }
-
-// startLongLived starts n long-lived runs and waits until each finished its
-// first workflow task and waits for updates.
-func startLongLived(ctx context.Context, c client.Client, taskQueue, prefix string, n, perRun int) ([]longLivedRun, error) {
-	var runs []longLivedRun
+// startLongLived starts n long-lived runs, waits until each finished its
+// first workflow task and waits for updates, and returns their workflow IDs
+// (each run's later runs follow it under the same ID).
+func startLongLived(ctx context.Context, c client.Client, taskQueue, prefix string, n, perRun int) ([]string, error) {
+	var runs []string
 	for k := range n {
 		run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
 			ID:        fmt.Sprintf("bench-floor-%s-long-lived-%d", prefix, k),
@@ -341,7 +338,7 @@ func startLongLived(ctx context.Context, c client.Client, taskQueue, prefix stri
 		if err != nil {
 			return runs, fmt.Errorf("start long-lived run %d: %w", k, err)
 		}
-		runs = append(runs, longLivedRun{id: run.GetID(), firstRunID: run.GetRunID()})
+		runs = append(runs, run.GetID())
 		if err := awaitFirstTask(ctx, c, run.GetID(), run.GetRunID()); err != nil {
 			return runs, err
 		}
@@ -349,33 +346,33 @@ func startLongLived(ctx context.Context, c client.Client, taskQueue, prefix stri
 	return runs, nil
 }
 
-// updateLongLived sends one update to the run's latest run and waits for its
+// updateLongLived sends one update to the latest run of id and waits for its
 // answer; an update that reached a run as it continued as new is retried by
 // the client on the next.
-func updateLongLived(ctx context.Context, c client.Client, run longLivedRun) (time.Duration, error) {
+func updateLongLived(ctx context.Context, c client.Client, id string) (time.Duration, error) {
 	start := time.Now()
 	h, err := c.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
-		WorkflowID: run.id, UpdateName: floorUpdateName, WaitForStage: client.WorkflowUpdateStageCompleted,
+		WorkflowID: id, UpdateName: floorUpdateName, WaitForStage: client.WorkflowUpdateStageCompleted,
 	})
 	if err == nil {
 		err = h.Get(ctx, nil)
 	}
 	if err != nil {
-		return 0, fmt.Errorf("update %s: %w", run.id, err)
+		return 0, fmt.Errorf("update %s: %w", id, err)
 	}
 	return time.Since(start), nil
 }
 
 // stopLongLived signals each run to end and waits until its latest run has.
-func stopLongLived(ctx context.Context, c client.Client, runs []longLivedRun) error {
+func stopLongLived(ctx context.Context, c client.Client, ids []string) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 	defer cancel()
-	for _, r := range runs {
-		if err := c.SignalWorkflow(ctx, r.id, "", floorStopSignal, nil); err != nil {
-			return fmt.Errorf("stop long-lived run %s: %w", r.id, err)
+	for _, id := range ids {
+		if err := c.SignalWorkflow(ctx, id, "", floorStopSignal, nil); err != nil {
+			return fmt.Errorf("stop long-lived run %s: %w", id, err)
 		}
-		if err := c.GetWorkflow(ctx, r.id, "").Get(ctx, nil); err != nil {
-			return fmt.Errorf("long-lived run %s: %w; its history: %s", r.id, err, historyTrail(ctx, c, r.id, ""))
+		if err := c.GetWorkflow(ctx, id, "").Get(ctx, nil); err != nil {
+			return fmt.Errorf("long-lived run %s: %w; its history: %s", id, err, historyTrail(ctx, c, id, ""))
 		}
 	}
 	return nil
