@@ -359,42 +359,20 @@ func TestBenchQuick(t *testing.T) {
 		answered, chains := 0, 0
 		for k := range runs {
 			id := fmt.Sprintf("bench-floor-%s-long-lived-%d", res.RunID, k)
-			runID, latest := "", true
-			for {
-				d, err := tc.DescribeWorkflow(runCtx(t), id, runID)
-				if err != nil {
-					t.Fatalf("describe %s %s: %v", id, runID, err)
+			chain := runChain(t, tc, id)
+			chains += len(chain)
+			for i, h := range chain {
+				want := enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW
+				if i == 0 { // the latest
+					want = enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED
 				}
-				info := d.RawResponse.GetWorkflowExecutionInfo()
-				want := enumspb.WORKFLOW_EXECUTION_STATUS_CONTINUED_AS_NEW
-				if latest {
-					want = enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED
+				if last := h.Events[len(h.Events)-1].GetEventType(); last != want {
+					t.Errorf("%s: run %d of the chain (latest first) ended with %v, want %v", id, i, last, want)
 				}
-				if info.GetStatus() != want {
-					t.Errorf("%s run %s is %v, want %v", id, info.GetExecution().GetRunId(), info.GetStatus(), want)
-				}
-				if tq := d.RawResponse.GetExecutionConfig().GetTaskQueue().GetName(); tq != res.TaskQueue {
+				if tq := h.Events[0].GetWorkflowExecutionStartedEventAttributes().GetTaskQueue().GetName(); tq != res.TaskQueue {
 					t.Errorf("%s ran on task queue %q, want %q", id, tq, res.TaskQueue)
 				}
-				previous := ""
-				it := tc.GetWorkflowHistory(runCtx(t), id, info.GetExecution().GetRunId(), false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
-				for it.HasNext() {
-					ev, err := it.Next()
-					if err != nil {
-						t.Fatal(err)
-					}
-					switch ev.GetEventType() {
-					case enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
-						previous = ev.GetWorkflowExecutionStartedEventAttributes().GetContinuedExecutionRunId()
-					case enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_COMPLETED:
-						answered++
-					}
-				}
-				chains++
-				if previous == "" {
-					break
-				}
-				runID, latest = previous, false
+				answered += countEvents(h, enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_COMPLETED)[0]
 			}
 		}
 		if answered != warmup+updates {

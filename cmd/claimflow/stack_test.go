@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -27,7 +28,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	enumspb "go.temporal.io/api/enums/v1"
+	historypb "go.temporal.io/api/history/v1"
 	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
 	appconfig "github.com/claimflow/claimflow/internal/config"
@@ -507,20 +510,12 @@ func TestIntegration(t *testing.T) {
 		// merged, fewer. Counted over the run rather than per workflow
 		// task: a task that runs long is completed early to keep it alive
 		// (the SDK's heartbeat), which splits one decision's events.
-		accepted, markers := 0, 0
-		it := s.Client.GetWorkflowHistory(ctx, workflows.EnrollmentDeskWorkflowID(0), runID, false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
-		for it.HasNext() {
-			ev, err := it.Next()
-			if err != nil {
-				t.Fatal(err)
-			}
-			switch ev.GetEventType() {
-			case enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED:
-				accepted++
-			case enumspb.EVENT_TYPE_MARKER_RECORDED:
-				markers++
-			}
+		h, err := fetchHistory(ctx, s.Client, runRef{WorkflowID: workflows.EnrollmentDeskWorkflowID(0), RunID: runID})
+		if err != nil {
+			t.Fatal(err)
 		}
+		n := countEvents(h, enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED, enumspb.EVENT_TYPE_MARKER_RECORDED)
+		accepted, markers := n[0], n[1]
 		if accepted != 4 || markers >= 2*accepted {
 			t.Errorf("the desk's run accepted %d batches and ran %d local activities: want 4 batches, and fewer than two activities a batch (merged)", accepted, markers)
 		}
@@ -537,7 +532,7 @@ func TestIntegration(t *testing.T) {
 		oversellRush(t, s, apiInMode(t, s, c, "desk", func(cfg *appconfig.Config) { cfg.ClaimDesks, cfg.ClaimDeskBatches = 1, 2 }), "hot-desk-can")
 		// The rush's first claim goes out alone, the rest after it: at
 		// least two batches, so the new desk continued as new at least once.
-		if runs := deskRuns(t, s, "enrollment-desk:0"); runs < 2 {
+		if runs := len(runChain(t, s.Client, workflows.EnrollmentDeskWorkflowID(0))); runs < 2 {
 			t.Errorf("the desk started by the rush has %d run(s): it did not continue as new", runs)
 		}
 	})
@@ -731,31 +726,34 @@ func closeDesk(t *testing.T, s *stack, k int) {
 	}
 }
 
-// deskRuns counts the runs of a desk's workflow ID, following its chain of
-// continue-as-new back from the latest run (0 when it never ran).
-func deskRuns(t *testing.T, s *stack, id string) int {
+// runChain fetches the histories of a workflow ID's runs, latest first,
+// following each run back to the one it continued as new from.
+func runChain(t *testing.T, c client.Client, id string) []*historypb.History {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	runs, runID := 0, ""
-	for {
-		it := s.Client.GetWorkflowHistory(ctx, id, runID, false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
-		if !it.HasNext() {
-			return runs
+	var chain []*historypb.History
+	for runID := ""; ; {
+		h, err := fetchHistory(ctx, c, runRef{WorkflowID: id, RunID: runID})
+		if err != nil || len(h.Events) == 0 {
+			t.Fatalf("history of %s: %v (%d runs read)", runRef{WorkflowID: id, RunID: runID}, err, len(chain))
 		}
-		ev, err := it.Next()
-		if err != nil {
-			if runs == 0 {
-				return 0 // never started
-			}
-			t.Fatalf("history of %s %s: %v", id, runID, err)
-		}
-		runs++
-		runID = ev.GetWorkflowExecutionStartedEventAttributes().GetContinuedExecutionRunId()
-		if runID == "" {
-			return runs
+		chain = append(chain, h)
+		if runID = h.Events[0].GetWorkflowExecutionStartedEventAttributes().GetContinuedExecutionRunId(); runID == "" {
+			return chain
 		}
 	}
+}
+
+// countEvents counts the events of h of each type asked for, in order.
+func countEvents(h *historypb.History, types ...enumspb.EventType) []int {
+	n := make([]int, len(types))
+	for _, ev := range h.Events {
+		if i := slices.Index(types, ev.GetEventType()); i >= 0 {
+			n[i]++
+		}
+	}
+	return n
 }
 
 // apiInMode is a client of an API in the given ENROLL_MODE: the stack's own
