@@ -37,21 +37,15 @@ type BatchOptions struct {
 	// CourseId search attribute values, which Temporal limits per value
 	// (frontend.searchAttributesSizeOfValueLimit, 2 KiB by default).
 	MaxAttrBytes int
-	// Desks, when positive, sends each batch as an update to one of Desks
-	// runs that stay (workflows.EnrollmentDesk) instead of starting a run
-	// for it; InFlight is then deskInFlight batches a desk.
+	// Desks, when positive, sends a batch as an update to one of Desks
+	// runs that stay (workflows.EnrollmentDesk) that has no batch of this
+	// batcher under way, instead of starting a run for it; a batch that
+	// finds every desk busy starts a run of its own, as without desks.
 	Desks int
 	// DeskBatches is how many batches a desk run decides before it
 	// continues as new.
 	DeskBatches int
 }
-
-// deskInFlight bounds the batches under way on one desk: the Temporal
-// server admits at most 10 updates in flight on a run
-// (history.maxInFlightUpdates) and, past that, aborts updates that callers
-// retry until the run's answers collapse (docs/performance.md, "Runs that
-// stay").
-const deskInFlight = 8
 
 // claimBatcher collects enrollment claims and decides them a batch at a
 // time. A claim that finds a free slot goes out at once, alone, so a
@@ -75,8 +69,14 @@ type claimBatcher struct {
 	trip    atomic.Int64
 	gap     time.Duration
 	arrived time.Time
-	// deskLoad counts the batches under way on each desk (Desks > 0).
-	deskLoad []atomic.Int32
+	// deskBusy says which desks hold a batch of this batcher (Desks > 0).
+	// One at a time: the batches that wait for a desk's workflow task join
+	// the next batch here instead, and a batch that finds every desk busy
+	// starts a run of its own beside them (docs/performance.md, "Desks
+	// against batch runs"). API replicas share the desks, each with its
+	// one batch; the server admits 10 updates in flight on a run
+	// (history.maxInFlightUpdates).
+	deskBusy []atomic.Bool
 }
 
 // joinersWorthWaiting is how many claims must be expected to join a batch
@@ -132,13 +132,8 @@ func newClaimBatcher(t Temporal, log *slog.Logger, m *metrics, o BatchOptions, t
 	if o.QueueLimit <= 0 {
 		o.QueueLimit = 4 * o.MaxBatch * o.InFlight
 	}
-	if o.Desks > 0 {
-		// The queue keeps batch mode's bound; only the batches under way
-		// differ.
-		o.InFlight = o.Desks * deskInFlight
-		if o.DeskBatches <= 0 {
-			o.DeskBatches = config.DefaultClaimDeskBatches
-		}
+	if o.Desks > 0 && o.DeskBatches <= 0 {
+		o.DeskBatches = config.DefaultClaimDeskBatches
 	}
 	if o.MaxAttrBytes <= 0 {
 		o.MaxAttrBytes = config.DefaultClaimBatchAttrBytes
@@ -150,7 +145,7 @@ func newClaimBatcher(t Temporal, log *slog.Logger, m *metrics, o BatchOptions, t
 		done:     make(chan struct{}),
 		finished: make(chan struct{}, 1),
 		gap:      time.Second, // until claims arrive: quiet
-		deskLoad: make([]atomic.Int32, max(o.Desks, 0)),
+		deskBusy: make([]atomic.Bool, max(o.Desks, 0)),
 	}
 	go b.loop()
 	return b
@@ -285,9 +280,6 @@ func (b *claimBatcher) noteTrip(d time.Duration) {
 // worthWaiting says whether, by the recent round trips and arrivals, at
 // least joinersWorthWaiting claims are expected during one run.
 func (b *claimBatcher) worthWaiting() bool {
-	if b.opts.Desks > 0 {
-		return false // a batch beside others on a desk costs no run of its own
-	}
 	return time.Duration(b.trip.Load()) >= joinersWorthWaiting*max(b.gap, time.Microsecond)
 }
 
@@ -346,7 +338,8 @@ func (b *claimBatcher) failQueued() {
 	}
 }
 
-// flush decides one batch through an Update-With-Start of its run. Claims
+// flush decides one batch: on a desk that has none of this batcher's under
+// way, or else through an Update-With-Start of a run of its own. Claims
 // whose request already gave up are left out, so they never reach a run.
 func (b *claimBatcher) flush(batch []*pendingClaim) {
 	defer func() {
@@ -376,9 +369,12 @@ func (b *claimBatcher) flush(batch []*pendingClaim) {
 		answer(claimResult{err: err}, nil)
 		return
 	}
-	if b.opts.Desks > 0 {
-		b.flushToDesk(batch, id.String(), answer)
-		return
+	for k := range b.deskBusy {
+		if b.deskBusy[k].CompareAndSwap(false, true) {
+			defer b.deskBusy[k].Store(false)
+			b.flushToDesk(batch, id.String(), k, answer)
+			return
+		}
 	}
 	in := workflows.EnrollmentBatchInput{BatchID: id.String(), ConfirmBeforeAnswer: true}
 	var courses, students []string
@@ -458,18 +454,10 @@ func (b *claimBatcher) flush(batch []*pendingClaim) {
 	answer(claimResult{workflowID: workflowID, runID: runID}, decisions)
 }
 
-// flushToDesk decides one batch as an update to the least busy desk run,
-// starting the desk if it is not there. Once the desk accepted the update it
-// holds every claim and decides them on its own.
-func (b *claimBatcher) flushToDesk(batch []*pendingClaim, batchID string, answer func(claimResult, []workflows.Decision)) {
-	k := 0
-	for i := range b.deskLoad {
-		if b.deskLoad[i].Load() < b.deskLoad[k].Load() {
-			k = i
-		}
-	}
-	b.deskLoad[k].Add(1)
-	defer b.deskLoad[k].Add(-1)
+// flushToDesk decides one batch as an update to desk k, starting the desk
+// if it is not there. Once the desk accepted the update it holds every
+// claim and decides them on its own.
+func (b *claimBatcher) flushToDesk(batch []*pendingClaim, batchID string, k int, answer func(claimResult, []workflows.Decision)) {
 	in := workflows.EnrollmentBatchInput{BatchID: batchID, ConfirmBeforeAnswer: true, CollectedAt: time.Now().UTC()}
 	submitted := make([]time.Time, len(batch))
 	for i, p := range batch {

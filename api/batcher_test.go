@@ -277,8 +277,9 @@ func TestBatcherStartsASecondRunOnlyWhenItPays(t *testing.T) {
 	}
 }
 
-// deskTemporal takes each batch sent to a desk and holds it until release;
-// it records which desk got which batch, and the update's shape.
+// deskTemporal takes each batch, sent to a desk or starting a run of its
+// own, and holds it until release; it records where each batch went, and
+// the update's shape.
 type deskTemporal struct {
 	undecidedTemporal
 	release chan struct{}
@@ -298,60 +299,67 @@ func (f *deskTemporal) UpdateWithStartWorkflow(ctx context.Context, o client.Upd
 	f.updates = append(f.updates, o.UpdateOptions)
 	f.mu.Unlock()
 	f.entered <- o.UpdateOptions.WorkflowID
-	in, ok := o.UpdateOptions.Args[0].(workflows.EnrollmentBatchInput)
-	if !ok {
-		return nil, errors.New("test: the update carries no batch")
+	claims := len(op.claims) // a batch run's, in its start
+	if len(o.UpdateOptions.Args) > 0 {
+		in, ok := o.UpdateOptions.Args[0].(workflows.EnrollmentBatchInput)
+		if !ok {
+			return nil, errors.New("test: the desk's update carries no batch")
+		}
+		claims = len(in.Claims)
 	}
 	select {
 	case <-f.release:
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
-	return decidedBatch{claims: len(in.Claims)}, nil
+	return decidedBatch{claims: claims}, nil
 }
 
-// With desks, a batch goes out beside the ones under way, to the least
-// busy desk, even when the averages say many claims would join a wait: a
-// batch beside others on a desk costs no run of its own.
-func TestBatcherSendsBatchesToTheLeastBusyDesk(t *testing.T) {
+// With a desk, a batch goes to the desk when it holds none of this
+// batcher's, and otherwise starts a run of its own beside it, as without
+// desks; once the desk is free again, the next batch goes there.
+func TestBatcherSendsABatchToAFreeDeskElseARunOfItsOwn(t *testing.T) {
 	f := &deskTemporal{release: make(chan struct{}), entered: make(chan string, 64)}
-	b := newClaimBatcher(f, slog.New(slog.DiscardHandler), nil, BatchOptions{MaxBatch: 10, Desks: 2, DeskBatches: 7}, 5*time.Second)
+	b := newClaimBatcher(f, slog.New(slog.DiscardHandler), nil, BatchOptions{MaxBatch: 10, InFlight: 3, Desks: 1, DeskBatches: 7}, 5*time.Second)
 	defer b.close()
-	if b.opts.InFlight != 2*deskInFlight {
-		t.Fatalf("in flight %d, want %d batches on each of 2 desks", b.opts.InFlight, deskInFlight)
-	}
-	b.trip.Store(int64(100 * time.Millisecond)) // busy: a batch run would wait
-	b.gap = time.Millisecond
 	var wg sync.WaitGroup
-	for i := range 3 {
+	enroll := func(i int) {
 		wg.Go(func() {
 			r, err := b.submit(context.Background(), workflows.EnrollmentInput{CourseID: "c", StudentID: fmt.Sprintf("s%d", i)})
 			if err != nil || r.decision.Refusal != workflows.RefusalCourseNotFound {
 				t.Errorf("claim %d: %+v, %v", i, r, err)
 			}
 		})
-		// Each claim goes out alone, beside the ones held.
 		select {
 		case <-f.entered:
 		case <-time.After(5 * time.Second):
 			t.Fatalf("claim %d waited for the batches under way", i)
 		}
 	}
+	for i := range 3 { // quiet: each claim goes out alone, beside the ones held
+		enroll(i)
+	}
 	close(f.release)
+	wg.Wait()
+	enroll(3)
 	wg.Wait()
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	var desks []string
+	var went []string
 	for _, u := range f.updates {
-		desks = append(desks, u.WorkflowID)
+		if strings.HasPrefix(u.WorkflowID, "enrollment-batch:") {
+			went = append(went, "run")
+			continue
+		}
+		went = append(went, u.WorkflowID)
 		in := u.Args[0].(workflows.EnrollmentBatchInput)
 		if u.UpdateName != workflows.UpdateDeskBatch || u.UpdateID != in.BatchID || in.BatchID == "" ||
 			in.CollectedAt.IsZero() || !in.ConfirmBeforeAnswer || len(in.Claims) != 1 {
 			t.Errorf("update %+v carries %+v", u, in)
 		}
 	}
-	want := []string{workflows.EnrollmentDeskWorkflowID(0), workflows.EnrollmentDeskWorkflowID(1), workflows.EnrollmentDeskWorkflowID(0)}
-	if fmt.Sprint(desks) != fmt.Sprint(want) {
-		t.Errorf("batches went to %v, want %v (the least busy desk each time)", desks, want)
+	desk := workflows.EnrollmentDeskWorkflowID(0)
+	if want := []string{desk, "run", "run", desk}; fmt.Sprint(went) != fmt.Sprint(want) {
+		t.Errorf("batches went to %v, want %v (the desk when free, else a run of its own)", went, want)
 	}
 }

@@ -456,9 +456,14 @@ func TestIntegration(t *testing.T) {
 	}
 	t.Run("a desk decides the batches that reach it together as one", func(t *testing.T) {
 		// While the desk's first batch waits on a course row this test
-		// locks, three more batches reach the desk; its next workflow task
-		// takes them together: one reservation, one publish.
-		desk := apiInMode(t, s, c, "desk", func(cfg *appconfig.Config) { cfg.ClaimDesks = 1 })
+		// locks, three more batches reach the desk, one from each of three
+		// more API replicas (an API sends a desk one batch at a time); its
+		// next workflow task takes them together: one reservation, one
+		// publish.
+		replicas := make([]*apiClient, 4)
+		for i := range replicas {
+			replicas[i] = apiInMode(t, s, c, "desk", func(cfg *appconfig.Config) { cfg.ClaimDesks = 1 })
+		}
 		closeDesk(t, s, 0) // a desk run of this test's batches alone
 		c.must("POST", "/v1/courses", map[string]any{"id": "merge101", "title": "Merged", "capacity": 10}, http.StatusCreated)
 		ctx := context.Background()
@@ -474,7 +479,7 @@ func TestIntegration(t *testing.T) {
 		var wg sync.WaitGroup
 		enroll := func(i int) {
 			wg.Go(func() {
-				answers[i] = desk.must("POST", "/v1/courses/merge101/enrollments", map[string]any{"student_id": fmt.Sprintf("merge-%d", i)}, http.StatusCreated)
+				answers[i] = replicas[i].must("POST", "/v1/courses/merge101/enrollments", map[string]any{"student_id": fmt.Sprintf("merge-%d", i)}, http.StatusCreated)
 			})
 		}
 		enroll(0)
@@ -483,13 +488,13 @@ func TestIntegration(t *testing.T) {
 			err := s.Pool.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%courses%'").Scan(&waiting)
 			return err == nil && waiting > 0
 		})
-		// One claim at a time, each sent before the next arrives, so that
-		// each is a batch of its own. The first batch's ReserveSeats gives
-		// up after 10 s: this takes well under that.
+		// One claim at a time, each sent before the next arrives. The
+		// first batch's ReserveSeats gives up after 10 s: this takes well
+		// under that.
 		for i := 1; i < 4; i++ {
 			enroll(i)
 			waitFor(t, 5*time.Second, fmt.Sprintf("claim %d sent to the desk", i), func() bool {
-				return metricValue(metricsText(t, desk), "claimflow_claim_batch_claims_sum") >= float64(i+1)
+				return metricValue(metricsText(t, replicas[i]), "claimflow_claim_batch_claims_sum") >= 1
 			})
 		}
 		time.Sleep(500 * time.Millisecond) // for the last update to reach the server
@@ -528,8 +533,12 @@ func TestIntegration(t *testing.T) {
 		// The desk of the rushes above keeps its own input: an operator's
 		// cancel closes it, and the next batch starts a desk with this
 		// API's settings.
+		// With one batch under way at a time, every batch goes to the desk
+		// (none finds it busy).
 		closeDesk(t, s, 0)
-		oversellRush(t, s, apiInMode(t, s, c, "desk", func(cfg *appconfig.Config) { cfg.ClaimDesks, cfg.ClaimDeskBatches = 1, 2 }), "hot-desk-can")
+		oversellRush(t, s, apiInMode(t, s, c, "desk", func(cfg *appconfig.Config) {
+			cfg.ClaimDesks, cfg.ClaimDeskBatches, cfg.ClaimBatchInFlight = 1, 2, 1
+		}), "hot-desk-can")
 		// The rush's first claim goes out alone, the rest after it: at
 		// least two batches, so the new desk continued as new at least once.
 		if runs := len(runChain(t, s.Client, workflows.EnrollmentDeskWorkflowID(0))); runs < 2 {

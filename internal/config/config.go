@@ -30,8 +30,8 @@ const (
 	// DefaultClaimBatchInFlight bounds the batch runs under way at once.
 	DefaultClaimBatchInFlight = 2
 	// DefaultClaimDesks is how many desk runs the API sends batches to
-	// (ENROLL_MODE=desk).
-	DefaultClaimDesks = 2
+	// (ENROLL_MODE=desk), one batch on each at a time.
+	DefaultClaimDesks = 1
 	// DefaultClaimDeskBatches is how many batches a desk run decides before
 	// it continues as new: well below the 2,000 updates the Temporal server
 	// lets one run take (history.maxTotalUpdates).
@@ -122,11 +122,11 @@ var variables = []variable{
 	{"CONSUMER_GROUP", "claimflow-notifications", "the consumer's group"},
 	{"CONSUMER_BATCH", strconv.Itoa(DefaultConsumerBatch), "records the consumer applies together (1-10000)"},
 	{"NOTIFY_WEBHOOK_URL", "", "webhook receiving every notification (empty: the table alone)"},
-	{"ENROLL_MODE", "batch", "batch (group commit, a run per batch), desk (batches sent to runs that stay) or single (a run per request)"},
+	{"ENROLL_MODE", "batch", "batch (group commit, a run per batch), desk (a batch to a run that stays when it is free, else a run of its own) or single (a run per request)"},
 	{"CLAIM_BATCH_MAX", strconv.Itoa(DefaultClaimBatchMax), "claims one batch run decides"},
 	{"CLAIM_BATCH_INFLIGHT", strconv.Itoa(DefaultClaimBatchInFlight), "batch runs under way at once"},
 	{"CLAIM_BATCH_ATTR_BYTES", strconv.Itoa(DefaultClaimBatchAttrBytes), "bound of a batch's search attribute values"},
-	{"CLAIM_DESKS", strconv.Itoa(DefaultClaimDesks), "desk runs the API sends batches to (ENROLL_MODE=desk)"},
+	{"CLAIM_DESKS", strconv.Itoa(DefaultClaimDesks), "desk runs the API sends batches to, one at a time on each (ENROLL_MODE=desk)"},
 	{"CLAIM_DESK_BATCHES", strconv.Itoa(DefaultClaimDeskBatches), "batches a desk run decides before it continues as new (at most 1500)"},
 	{"WAITLIST_PER_SEAT", strconv.Itoa(DefaultWaitlistPerSeat), "waitlist places per seat of a course's capacity (0: no waitlist)"},
 }
@@ -201,7 +201,7 @@ type Config struct {
 	// recorded (consumer and worker both); empty means the table alone.
 	NotifyWebhookURL string
 	// EnrollMode is "batch" (group commit in a run per batch, the
-	// default), "desk" (batches decided by runs that stay) or "single" (one
+	// default), "desk" (a batch to a run that stays when it is free) or "single" (one
 	// Enrollment run per request).
 	EnrollMode string
 	// ClaimDesks is how many desk runs the API sends batches to, and

@@ -92,7 +92,8 @@ func StartAPI(cfg config.Config, log *slog.Logger, pool *pgxpool.Pool, tc client
 		batching = &api.BatchOptions{MaxBatch: cfg.ClaimBatchMax, InFlight: cfg.ClaimBatchInFlight,
 			MaxAttrBytes: cfg.ClaimBatchAttrBytes}
 	case "desk":
-		batching = &api.BatchOptions{MaxBatch: cfg.ClaimBatchMax, Desks: cfg.ClaimDesks, DeskBatches: cfg.ClaimDeskBatches, MaxAttrBytes: cfg.ClaimBatchAttrBytes}
+		batching = &api.BatchOptions{MaxBatch: cfg.ClaimBatchMax, InFlight: cfg.ClaimBatchInFlight,
+			Desks: cfg.ClaimDesks, DeskBatches: cfg.ClaimDeskBatches, MaxAttrBytes: cfg.ClaimBatchAttrBytes}
 	}
 	handler := api.New(api.Config{
 		Security:         security,
