@@ -26,7 +26,8 @@ var errOverloaded = errors.New("claim queue full")
 type BatchOptions struct {
 	// MaxBatch bounds the claims one batch run decides.
 	MaxBatch int
-	// InFlight bounds the batch runs under way at once. While all are busy,
+	// InFlight bounds the batches under way at once, in runs of their own
+	// and on desks (see Desks). While all are busy,
 	// arriving claims wait and join the next batch: batches grow with load.
 	// Beside a run under way another starts only for a full batch, or when
 	// fewer than joinersWorthWaiting claims are expected during a run.
