@@ -337,7 +337,6 @@ func TestPostgresWithoutSystemInstall(t *testing.T) {
 
 	opts := PostgresOptions{
 		DataDir:    filepath.Join(t.TempDir(), "pg"),
-		Port:       freePort(t),
 		Repository: srv.URL,
 		CacheDir:   t.TempDir(),
 		Progress:   tWriter{t},
@@ -364,21 +363,27 @@ func TestPostgresRealDownload(t *testing.T) {
 	}
 	_ = startAndQuery(t, PostgresOptions{
 		DataDir:            filepath.Join(t.TempDir(), "pg"),
-		Port:               freePort(t),
 		HideSystemPostgres: true,
 		CacheDir:           t.TempDir(),
 		Progress:           tWriter{t},
 	})
 }
 
-// startAndQuery starts the cluster, checks it runs the downloaded build,
-// adds a row and returns how many rows earlier calls on the same DataDir
+// startAndQuery starts the cluster on a port of its own, checks it runs the
+// downloaded build, adds a row and returns how many rows earlier calls on the same DataDir
 // left plus this one; it stops the cluster before returning.
 func startAndQuery(t *testing.T, o PostgresOptions) int {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	began := time.Now()
+	// The port is picked once the build is fetched and unpacked, just before
+	// the server binds it: picked before a 20-second unpack, it was taken by
+	// a parallel package's server in between (CI: "Address already in use").
+	if _, err := choosePGBinaries(ctx, o); err != nil {
+		t.Fatal(err)
+	}
+	o.Port = freePort(t)
 	pg, err := StartPostgres(ctx, o)
 	if err != nil {
 		t.Fatal(err)
