@@ -251,10 +251,10 @@ func (a *Activities) insertWaitlisted(ctx context.Context, tx pgx.Tx, queues map
 	return nil
 }
 
-// failFastWindow is how long after a failed send a FailFast publish is
+// FailFastWindow is how long after a failed send a FailFast publish is
 // refused without trying: long enough that an outage costs each batch no
 // wait, short enough that the fast path is back within seconds of recovery.
-const failFastWindow = 2 * time.Second
+const FailFastWindow = 2 * time.Second
 
 // sendFailedWithin says whether a batch send failed within window, and how
 // long ago.
@@ -274,7 +274,7 @@ func (a *Activities) PublishBatch(ctx context.Context, in workflows.PublishBatch
 	if len(in.Messages) != len(in.EnrollmentIDs) {
 		return fmt.Errorf("publish batch: %d messages for %d enrollments", len(in.Messages), len(in.EnrollmentIDs))
 	}
-	if ago, failed := a.sendFailedWithin(failFastWindow); in.FailFast && failed {
+	if ago, failed := a.sendFailedWithin(FailFastWindow); in.FailFast && failed {
 		return fmt.Errorf("publish batch: not sent, the broker failed a send %s ago", ago.Round(time.Millisecond))
 	}
 	done := map[string]bool{}

@@ -29,12 +29,12 @@ func (p *countingProducer) SendMessage(*sarama.ProducerMessage) (int32, int64, e
 func TestPublishBatchFailFastAfterAFailedSend(t *testing.T) {
 	p := &countingProducer{}
 	a := &Activities{Producer: p}
-	if _, failed := a.sendFailedWithin(failFastWindow); failed {
+	if _, failed := a.sendFailedWithin(FailFastWindow); failed {
 		t.Fatal("no send has failed yet")
 	}
 	a.lastSendFailure.Store(time.Now().Add(-300 * time.Millisecond).UnixNano())
-	ago, failed := a.sendFailedWithin(failFastWindow)
-	if !failed || ago < 300*time.Millisecond || ago > failFastWindow {
+	ago, failed := a.sendFailedWithin(FailFastWindow)
+	if !failed || ago < 300*time.Millisecond || ago > FailFastWindow {
 		t.Fatalf("sendFailedWithin = %s, %v; want about 300ms, true", ago, failed)
 	}
 	in := workflows.PublishBatchInput{
@@ -49,8 +49,8 @@ func TestPublishBatchFailFastAfterAFailedSend(t *testing.T) {
 	if p.sends != 0 {
 		t.Fatalf("%d sends, want none", p.sends)
 	}
-	a.lastSendFailure.Store(time.Now().Add(-failFastWindow - time.Millisecond).UnixNano())
-	if _, failed := a.sendFailedWithin(failFastWindow); failed {
+	a.lastSendFailure.Store(time.Now().Add(-FailFastWindow - time.Millisecond).UnixNano())
+	if _, failed := a.sendFailedWithin(FailFastWindow); failed {
 		t.Fatal("an old failure must not make publishes fail fast")
 	}
 }

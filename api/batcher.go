@@ -297,8 +297,8 @@ func newBatchBuilder(o BatchOptions) *batchBuilder {
 	return &batchBuilder{opts: o, students: map[string]bool{}, courses: map[string]bool{}}
 }
 
-// entryBytes is one list entry encoded: the ID, its quotes and a comma.
-func entryBytes(id string) int { return len(id) + 3 }
+// entryBytes is one list entry encoded, as the desk measures its lists.
+func entryBytes(id string) int { return workflows.AttrEntryBytes(id) }
 
 func (b *batchBuilder) full() bool { return len(b.claims) >= b.opts.MaxBatch }
 
@@ -372,12 +372,24 @@ func (b *claimBatcher) flush(batch []*pendingClaim) {
 	}
 	for k := range b.deskBusy {
 		if b.deskBusy[k].CompareAndSwap(false, true) {
-			defer b.deskBusy[k].Store(false)
-			b.flushToDesk(batch, id.String(), k, answer)
+			taken := b.flushToDesk(batch, id.String(), k, answer)
+			b.deskBusy[k].Store(false)
+			if taken {
+				return
+			}
+			// The desk rejected the batch; its metrics counted it.
+			b.flushToRun(batch, id.String(), answer, false)
 			return
 		}
 	}
-	in := workflows.EnrollmentBatchInput{BatchID: id.String(), ConfirmBeforeAnswer: true}
+	b.flushToRun(batch, id.String(), answer, true)
+}
+
+// flushToRun decides one batch through an Update-With-Start of a run of
+// its own; count says to record its size and wait (a batch a desk rejected
+// has them recorded already).
+func (b *claimBatcher) flushToRun(batch []*pendingClaim, batchID string, answer func(claimResult, []workflows.Decision), count bool) {
+	in := workflows.EnrollmentBatchInput{BatchID: batchID, ConfirmBeforeAnswer: true}
 	var courses, students []string
 	seenCourse, seenStudent := map[string]bool{}, make(map[string]bool, len(batch))
 	for _, p := range batch {
@@ -433,7 +445,9 @@ func (b *claimBatcher) flush(batch []*pendingClaim) {
 	for i, p := range batch {
 		submitted[i] = p.submitted
 	}
-	b.metrics.batchStarted(call, submitted)
+	if count {
+		b.metrics.batchStarted(call, submitted)
+	}
 	decisions, runID, err := decideClaim[[]workflows.Decision](ctx, b.temporal, start, workflowID, "", b.timeout, true)
 	if err == nil {
 		b.noteTrip(time.Since(call))
@@ -457,8 +471,11 @@ func (b *claimBatcher) flush(batch []*pendingClaim) {
 
 // flushToDesk decides one batch as an update to desk k, starting the desk
 // if it is not there. Once the desk accepted the update it holds every
-// claim and decides them on its own.
-func (b *claimBatcher) flushToDesk(batch []*pendingClaim, batchID string, k int, answer func(claimResult, []workflows.Decision)) {
+// claim and decides them on its own. It returns false, having answered
+// nothing, when the desk rejected the batch because its search attributes
+// could not list it (workflows.DeskFullErrorType): the batch then goes to
+// a run of its own.
+func (b *claimBatcher) flushToDesk(batch []*pendingClaim, batchID string, k int, answer func(claimResult, []workflows.Decision)) bool {
 	in := workflows.EnrollmentBatchInput{BatchID: batchID, ConfirmBeforeAnswer: true, CollectedAt: time.Now().UTC()}
 	submitted := make([]time.Time, len(batch))
 	for i, p := range batch {
@@ -473,7 +490,7 @@ func (b *claimBatcher) flushToDesk(batch []*pendingClaim, batchID string, k int,
 		// operator's cancel), the next batch starts it again.
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
 		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
-	}, workflows.EnrollmentDesk, workflows.EnrollmentDeskInput{Desk: k, BatchesPerRun: b.opts.DeskBatches})
+	}, workflows.EnrollmentDesk, workflows.EnrollmentDeskInput{Desk: k, BatchesPerRun: b.opts.DeskBatches, AttrBytes: b.opts.MaxAttrBytes})
 	// The batch belongs to no single request, so no request's context.
 	ctx, cancel := context.WithTimeout(context.Background(), b.timeout)
 	defer cancel()
@@ -493,7 +510,7 @@ func (b *claimBatcher) flushToDesk(batch []*pendingClaim, batchID string, k int,
 	})
 	if err != nil {
 		answer(claimResult{err: fmt.Errorf("send batch %s of %d claims to desk %s: %w", batchID, len(batch), workflowID, err)}, nil)
-		return
+		return true
 	}
 	for _, p := range batch {
 		select {
@@ -503,15 +520,27 @@ func (b *claimBatcher) flushToDesk(batch []*pendingClaim, batchID string, k int,
 	}
 	var decisions []workflows.Decision
 	if err := handle.Get(ctx, &decisions); err != nil {
+		var app *temporal.ApplicationError
+		if errors.As(err, &app) && app.Type() == workflows.DeskFullErrorType {
+			for _, p := range batch { // the desk never held them
+				select {
+				case <-p.run:
+				default:
+				}
+			}
+			b.metrics.deskRejected()
+			return false
+		}
 		answer(claimResult{workflowID: workflowID, runID: handle.RunID(),
 			err: fmt.Errorf("batch %s of %d claims on desk %s: %w: %w", batchID, len(batch), workflowID, errUndecided, err)}, nil)
-		return
+		return true
 	}
 	b.noteTrip(time.Since(call))
 	b.metrics.batchDecided(time.Since(call))
 	if len(decisions) != len(batch) {
 		answer(claimResult{err: fmt.Errorf("batch %s: %d decisions for %d claims", batchID, len(decisions), len(batch))}, nil)
-		return
+		return true
 	}
 	answer(claimResult{workflowID: workflowID, runID: handle.RunID()}, decisions)
+	return true
 }

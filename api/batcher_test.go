@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
 
 	"github.com/claimflow/claimflow/workflows"
 )
@@ -284,6 +285,7 @@ type deskTemporal struct {
 	undecidedTemporal
 	release chan struct{}
 	entered chan string // receives the desk's workflow ID of each batch
+	full    bool        // desks reject every batch as too large to list
 
 	mu      sync.Mutex
 	updates []client.UpdateWorkflowOptions
@@ -307,12 +309,56 @@ func (f *deskTemporal) UpdateWithStartWorkflow(ctx context.Context, o client.Upd
 		}
 		claims = len(in.Claims)
 	}
+	if f.full && strings.HasPrefix(o.UpdateOptions.WorkflowID, "enrollment-desk:") {
+		return rejectedBatch{}, nil
+	}
 	select {
 	case <-f.release:
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
 	return decidedBatch{claims: claims}, nil
+}
+
+// rejectedBatch is a desk's update rejected as too large to list.
+type rejectedBatch struct{ client.WorkflowUpdateHandle }
+
+func (rejectedBatch) RunID() string { return "desk-run-1" }
+func (rejectedBatch) Get(context.Context, any) error {
+	return temporal.NewApplicationError("desk full", workflows.DeskFullErrorType)
+}
+
+// A batch a desk rejects because its search attributes cannot list it is
+// decided in a run of its own, and counted.
+func TestBatcherSendsABatchTheDeskCannotListToARunOfItsOwn(t *testing.T) {
+	f := &deskTemporal{release: make(chan struct{}), entered: make(chan string, 64), full: true}
+	close(f.release)
+	reg := prometheus.NewRegistry()
+	m := newMetrics(&server{Config: Config{Metrics: reg}})
+	b := newClaimBatcher(f, slog.New(slog.DiscardHandler), m, BatchOptions{MaxBatch: 10, InFlight: 3, Desks: 1, DeskBatches: 7}, 5*time.Second)
+	defer b.close()
+	r, err := b.submit(context.Background(), workflows.EnrollmentInput{CourseID: "c", StudentID: "s"})
+	if err != nil || r.decision.Refusal != workflows.RefusalCourseNotFound {
+		t.Fatalf("submit = %+v, %v", r, err)
+	}
+	if !strings.HasPrefix(r.workflowID, "enrollment-batch:") {
+		t.Errorf("decided by %s, want a batch run", r.workflowID)
+	}
+	var went []string
+	for range 2 {
+		went = append(went, <-f.entered)
+	}
+	if !strings.HasPrefix(went[0], "enrollment-desk:") || !strings.HasPrefix(went[1], "enrollment-batch:") {
+		t.Errorf("the batch went to %v, want the desk, then a run of its own", went)
+	}
+	var full, sizes dto.Metric
+	if err := m.deskFull.Write(&full); err != nil || full.GetCounter().GetValue() != 1 {
+		t.Errorf("claimflow_claim_desk_full_total = %v (%v), want 1", full.GetCounter().GetValue(), err)
+	}
+	if err := m.batchClaims.Write(&sizes); err != nil || sizes.GetHistogram().GetSampleCount() != 1 {
+		t.Errorf("claimflow_claim_batch_claims counted %d batches (%v), want 1: the rejected batch once",
+			sizes.GetHistogram().GetSampleCount(), err)
+	}
 }
 
 // With a desk, a batch goes to the desk when it holds none of this

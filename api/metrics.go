@@ -23,6 +23,9 @@ type metrics struct {
 	batchCall   prometheus.Histogram
 	batchClaims prometheus.Histogram
 	answer      prometheus.Histogram
+	// Batches a desk could not list in its search attributes, decided in
+	// runs of their own instead.
+	deskFull prometheus.Counter
 }
 
 func newMetrics(s *server) *metrics {
@@ -60,6 +63,10 @@ func newMetrics(s *server) *metrics {
 			Help:    "The enrollment handler's time from the claim's decision back to its answer written (?wait=confirmed answers, which wait for the confirmation, are not counted).",
 			Buckets: buckets.Seconds(),
 		}),
+		deskFull: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "claimflow_claim_desk_full_total",
+			Help: "Batches a desk rejected because its search attributes could not list them (ENROLL_MODE=desk); each went to a batch run of its own.",
+		}),
 	}
 	openDeadLetters := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "claimflow_dead_letters_open",
@@ -74,7 +81,7 @@ func newMetrics(s *server) *metrics {
 		return float64(n)
 	})
 	s.Metrics.MustRegister(m.requests, m.latency, m.decisions, m.batchWait, m.batchCall, m.batchClaims, m.answer,
-		openDeadLetters)
+		m.deskFull, openDeadLetters)
 	return m
 }
 
@@ -114,6 +121,14 @@ func (m *metrics) batchDecided(took time.Duration) {
 		return
 	}
 	m.batchCall.Observe(took.Seconds())
+}
+
+// deskRejected counts a batch a desk could not list.
+func (m *metrics) deskRejected() {
+	if m == nil {
+		return
+	}
+	m.deskFull.Inc()
 }
 
 // answered records the handler's time from a decision to its answer.

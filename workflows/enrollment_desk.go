@@ -37,6 +37,13 @@ type EnrollmentDeskInput struct {
 	// continues as new sooner when the server suggests it, and only then
 	// when BatchesPerRun is 0.
 	BatchesPerRun int `json:",omitempty"`
+	// AttrBytes is the size a search attribute value of the run may reach
+	// (CLAIM_BATCH_ATTR_BYTES, within the server's limit); DefaultAttrBytes
+	// when 0.
+	AttrBytes int `json:",omitempty"`
+	// DiscloseWithin bounds the time from a run's first decision to its
+	// close, where its decisions reach visibility; deskDiscloseWithin when 0.
+	DiscloseWithin time.Duration `json:",omitempty"`
 }
 
 // DeskState is what a desk's status query returns.
@@ -47,13 +54,28 @@ type DeskState struct {
 }
 
 // EnrollmentDesk decides the batches sent to it until it has decided
-// BatchesPerRun of them, then continues as new. An operator's cancel closes
-// it after the batches it holds are decided.
+// BatchesPerRun of them, its search attributes are half full or its first
+// decision is DiscloseWithin old, then continues as new. An operator's
+// cancel closes it after the batches it holds are decided. The run's
+// search attributes tell what it decided once it closed (desk_outcome.go).
 func EnrollmentDesk(ctx workflow.Context, in EnrollmentDeskInput) error {
 	perRun := in.BatchesPerRun
 	if perRun <= 0 {
 		perRun = math.MaxInt
 	}
+	budget := in.AttrBytes
+	if budget <= 0 {
+		budget = DefaultAttrBytes
+	}
+	discloseWithin := in.DiscloseWithin
+	if discloseWithin <= 0 {
+		discloseWithin = deskDiscloseWithin
+	}
+	tells := workflow.GetVersion(ctx, deskOutcomeChangeID, workflow.DefaultVersion, 1) >= 1
+	if tells {
+		clearInherited(ctx)
+	}
+	var outcome deskOutcome
 	state := DeskState{Desk: in.Desk}
 	if err := workflow.SetQueryHandler(ctx, QueryStatus, func() (DeskState, error) { return state, nil }); err != nil {
 		return fmt.Errorf("register status query: %w", err)
@@ -63,6 +85,7 @@ func EnrollmentDesk(ctx workflow.Context, in EnrollmentDeskInput) error {
 		decisions []Decision
 	}
 	var queue []*held
+	var deciding []EnrollmentBatchInput // taken from the queue, not yet in outcome
 	if err := workflow.SetUpdateHandlerWithOptions(ctx, UpdateDeskBatch,
 		func(ctx workflow.Context, b EnrollmentBatchInput) ([]Decision, error) {
 			h := &held{in: b}
@@ -75,6 +98,17 @@ func EnrollmentDesk(ctx workflow.Context, in EnrollmentDeskInput) error {
 		workflow.UpdateHandlerOptions{Validator: func(ctx workflow.Context, b EnrollmentBatchInput) error {
 			if len(b.Claims) == 0 || b.BatchID == "" {
 				return errors.New("a batch needs an ID and at least one claim")
+			}
+			if tells {
+				batches := append([]EnrollmentBatchInput{b}, deciding...)
+				for _, h := range queue {
+					batches = append(batches, h.in)
+				}
+				if !outcome.fits(budget, batches...) {
+					return temporal.NewApplicationError(fmt.Sprintf(
+						"desk %d cannot list batch %s's students in its search attributes (%d bytes a value) until it continues as new; decide it in a run of its own",
+						in.Desk, b.BatchID, budget), DeskFullErrorType)
+				}
 			}
 			return nil
 		}},
@@ -96,20 +130,38 @@ func EnrollmentDesk(ctx workflow.Context, in EnrollmentDeskInput) error {
 		for i, h := range taken {
 			batches[i] = h.in
 		}
+		deciding = batches
 		decisions := deskDecide(dctx, batches)
+		deciding = nil
 		for i, h := range taken {
 			h.decisions = decisions[i]
 			state.Batches++
 			state.Claims += len(h.in.Claims)
+			outcome.add(h.in.Claims, h.decisions)
 		}
 	}
+	// disclose turns true discloseWithin after the run's first
+	// decision: one timer a run.
+	disclose, timing := false, false
+	closeNow := func() bool {
+		return state.Batches >= perRun || workflow.GetInfo(ctx).GetContinueAsNewSuggested() ||
+			tells && (disclose || outcome.full(budget))
+	}
 	cancelled := false
-	for state.Batches < perRun && !workflow.GetInfo(ctx).GetContinueAsNewSuggested() {
-		if err := workflow.Await(ctx, func() bool { return len(queue) > 0 }); err != nil {
+	for !closeNow() {
+		if err := workflow.Await(ctx, func() bool { return len(queue) > 0 || disclose }); err != nil {
 			cancelled = true
 			break
 		}
 		decideQueued()
+		if tells && !timing && state.Batches > 0 {
+			timing = true
+			timer := workflow.NewTimer(ctx, discloseWithin)
+			workflow.Go(ctx, func(gctx workflow.Context) {
+				_ = timer.Get(gctx, nil) // cancelled with the run: the loop ends anyway
+				disclose = true
+			})
+		}
 	}
 	// Batches accepted before the close are decided before it; any that
 	// reach the run while it closes are aborted by the server, and their
@@ -120,6 +172,9 @@ func EnrollmentDesk(ctx workflow.Context, in EnrollmentDeskInput) error {
 			break
 		}
 		decideQueued()
+	}
+	if tells {
+		outcome.upsert(dctx)
 	}
 	if cancelled {
 		return temporal.NewCanceledError("desk closed by cancel")

@@ -92,7 +92,7 @@ func TestEnrollmentDesk(t *testing.T) {
 		// (ParentClosePolicy abandon).
 		env.RegisterDelayedCallback(env.CancelWorkflow, 10*time.Minute)
 
-		env.ExecuteWorkflow(workflows.EnrollmentDesk, workflows.EnrollmentDeskInput{})
+		env.ExecuteWorkflow(workflows.EnrollmentDesk, workflows.EnrollmentDeskInput{DiscloseWithin: time.Hour})
 
 		require.True(t, env.IsWorkflowCompleted())
 		got := call.result(t)
@@ -170,5 +170,145 @@ func TestEnrollmentDesk(t *testing.T) {
 		defer call.mu.Unlock()
 		assert.Error(t, call.rejected)
 		assert.Zero(t, f.callCount(workflows.ReserveSeats.Name))
+	})
+}
+
+// deskOutcome is what an upsert of a desk's search attributes set.
+type deskOutcome struct {
+	status                     string
+	students, courses, refused []string
+}
+
+func deskOutcomeOf(sa temporal.SearchAttributes) deskOutcome {
+	var o deskOutcome
+	o.status, _ = sa.GetKeyword(workflows.SearchClaimStatus)
+	o.students, _ = sa.GetKeywordList(workflows.SearchStudentID)
+	o.courses, _ = sa.GetKeywordList(workflows.SearchCourseID)
+	o.refused, _ = sa.GetKeywordList(workflows.SearchRefusedStudentIDs)
+	return o
+}
+
+func TestEnrollmentDeskTellsWhatItDecided(t *testing.T) {
+	t.Run("the closing run lists the students it confirmed and refused", func(t *testing.T) {
+		f := newBatchFake().withCourse(courseID, 3, 1)
+		env, upserts := newBatchEnv(t, f)
+		env.RegisterWorkflow(workflows.EnrollmentDesk)
+		sendDeskBatch(env, deskBatch("b-1", claim("enr-1", courseID, "stu-1"), claim("enr-2", courseID, "stu-2")), 0)
+		sendDeskBatch(env, deskBatch("b-2", claim("enr-3", courseID, "stu-3"), claim("enr-4", noCourse, "stu-4")), time.Second)
+
+		env.ExecuteWorkflow(workflows.EnrollmentDesk, workflows.EnrollmentDeskInput{BatchesPerRun: 2})
+
+		var can *workflow.ContinueAsNewError
+		require.True(t, errors.As(env.GetWorkflowError(), &can), "got %v", env.GetWorkflowError())
+		all := upserts.all()
+		require.Len(t, all, 1, "one upsert, in the closing task")
+		assert.Equal(t, deskOutcome{status: "confirmed", students: []string{"stu-1", "stu-2"}, courses: []string{courseID},
+			refused: []string{"stu-3", "stu-4"}}, deskOutcomeOf(all[0]))
+	})
+
+	t.Run("a desk that only refused says refused; one that reserved only says handed_off", func(t *testing.T) {
+		for _, tc := range []struct {
+			name      string
+			failBatch int
+			claims    []workflows.EnrollmentInput
+			want      deskOutcome
+		}{
+			{"refused", 0, []workflows.EnrollmentInput{claim("enr-1", noCourse, "stu-1")},
+				deskOutcome{status: "refused", refused: []string{"stu-1"}}},
+			{"handed off", 1, []workflows.EnrollmentInput{claim("enr-1", courseID, "stu-1")},
+				deskOutcome{status: "handed_off"}},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				f := newBatchFake().withCourse(courseID, 30, 0)
+				f.failBatch = tc.failBatch
+				env, upserts := newBatchEnv(t, f)
+				env.RegisterWorkflow(workflows.EnrollmentDesk)
+				sendDeskBatch(env, deskBatch("b-1", tc.claims...), 0)
+				// Closed by a cancel once a handed-off batch's run is done
+				// (the test environment ends a closed parent's children),
+				// so the desk's upsert is the last.
+				env.RegisterDelayedCallback(env.CancelWorkflow, 10*time.Minute)
+
+				env.ExecuteWorkflow(workflows.EnrollmentDesk, workflows.EnrollmentDeskInput{DiscloseWithin: time.Hour})
+
+				assert.True(t, temporal.IsCanceledError(env.GetWorkflowError()), "got %v", env.GetWorkflowError())
+				all := upserts.all()
+				require.NotEmpty(t, all)
+				assert.Equal(t, tc.want, deskOutcomeOf(all[len(all)-1]))
+			})
+		}
+	})
+
+	t.Run("a run closes DiscloseWithin after its first decision", func(t *testing.T) {
+		f := newBatchFake().withCourse(courseID, 30, 0)
+		env, upserts := newBatchEnv(t, f)
+		env.RegisterWorkflow(workflows.EnrollmentDesk)
+		sendDeskBatch(env, deskBatch("b-1", claim("enr-1", courseID, "stu-1")), time.Minute)
+		late := sendDeskBatch(env, deskBatch("b-2", claim("enr-2", courseID, "stu-2")), time.Minute+6*time.Second)
+		began := env.Now()
+
+		env.ExecuteWorkflow(workflows.EnrollmentDesk, workflows.EnrollmentDeskInput{DiscloseWithin: 5 * time.Second})
+
+		var can *workflow.ContinueAsNewError
+		require.True(t, errors.As(env.GetWorkflowError(), &can), "got %v", env.GetWorkflowError())
+		took := env.Now().Sub(began)
+		assert.True(t, took >= time.Minute+5*time.Second && took < time.Minute+6*time.Second,
+			"idle for a minute, then closed 5 s after its first decision; closed after %s", took)
+		late.mu.Lock()
+		assert.False(t, late.accepted, "the batch after the close goes to the next run")
+		late.mu.Unlock()
+		all := upserts.all()
+		require.Len(t, all, 1)
+		assert.Equal(t, []string{"stu-1"}, deskOutcomeOf(all[0]).students)
+	})
+
+	t.Run("a batch that might not fit is rejected, and a half-full run closes", func(t *testing.T) {
+		f := newBatchFake().withCourse(courseID, 30, 0)
+		env, upserts := newBatchEnv(t, f)
+		env.RegisterWorkflow(workflows.EnrollmentDesk)
+		// Each student is 8 bytes ("stu-1" quoted, a comma), the course 11;
+		// the budget is 50, so a run closes past 25.
+		first := sendDeskBatch(env, deskBatch("b-1", claim("enr-1", courseID, "stu-1"), claim("enr-2", courseID, "stu-2")), 0)
+		big := sendDeskBatch(env, deskBatch("b-2", claim("enr-3", courseID, "stu-3"), claim("enr-4", courseID, "stu-4"),
+			claim("enr-5", courseID, "stu-5"), claim("enr-6", courseID, "stu-6"), claim("enr-7", courseID, "stu-7")), time.Second)
+		small := sendDeskBatch(env, deskBatch("b-3", claim("enr-8", courseID, "stu-8")), 2*time.Second)
+		after := sendDeskBatch(env, deskBatch("b-4", claim("enr-9", courseID, "stu-9")), 3*time.Second)
+		began := env.Now()
+
+		env.ExecuteWorkflow(workflows.EnrollmentDesk, workflows.EnrollmentDeskInput{AttrBytes: 50, DiscloseWithin: time.Hour})
+
+		assert.Less(t, env.Now().Sub(began), time.Minute, "closed when half full, not by the hour's timer")
+
+		var can *workflow.ContinueAsNewError
+		require.True(t, errors.As(env.GetWorkflowError(), &can), "got %v", env.GetWorkflowError())
+		assert.Len(t, first.result(t), 2)
+		big.mu.Lock()
+		var app *temporal.ApplicationError
+		if assert.True(t, errors.As(big.rejected, &app), "16 + 40 bytes exceed 50: rejected, got %v", big.rejected) {
+			assert.Equal(t, workflows.DeskFullErrorType, app.Type())
+		}
+		big.mu.Unlock()
+		assert.Len(t, small.result(t), 1, "16 + 8 bytes fit")
+		assert.Len(t, after.result(t), 1, "24 bytes is not half full: the run takes another batch; 32 is, and it closes")
+		all := upserts.all()
+		require.Len(t, all, 1)
+		assert.Equal(t, []string{"stu-1", "stu-2", "stu-8", "stu-9"}, deskOutcomeOf(all[0]).students)
+		assert.Equal(t, 3, f.callCount(workflows.ReserveSeats.Name), "the rejected batch reserved nothing")
+	})
+
+	t.Run("a run clears what it continued from its previous run", func(t *testing.T) {
+		f := newBatchFake().withCourse(courseID, 30, 0)
+		env, upserts := newBatchEnv(t, f)
+		env.RegisterWorkflow(workflows.EnrollmentDesk)
+		require.NoError(t, env.SetTypedSearchAttributesOnStart(temporal.NewSearchAttributes(
+			workflows.SearchClaimStatus.ValueSet("confirmed"), workflows.SearchStudentID.ValueSet([]string{"stu-0"}))))
+		sendDeskBatch(env, deskBatch("b-1", claim("enr-1", courseID, "stu-1")), 0)
+
+		env.ExecuteWorkflow(workflows.EnrollmentDesk, workflows.EnrollmentDeskInput{BatchesPerRun: 1})
+
+		all := upserts.all()
+		require.Len(t, all, 2)
+		assert.Zero(t, all[0].Size(), "the first upsert unsets every key")
+		assert.Equal(t, []string{"stu-1"}, deskOutcomeOf(all[1]).students)
 	})
 }

@@ -55,7 +55,12 @@ var fixtures = []fixture{
 		path: "handed-off enrollment (Reserved): publish dead-lettered, operator compensate, seat released, enrollment.failed published"},
 	// Batches on a desk (ENROLL_MODE=desk).
 	{file: "enrollment_desk_continued_as_new.json", workflow: "EnrollmentDesk",
-		path: "a desk's first run: one batch on the fast path (confirmed), one whose fast path failed (answered reserved, handed to a batch run of its own, abandoned), then continued as new after its two batches"},
+		path: "a desk's first run: one batch on the fast path (confirmed), one whose fast path failed (answered reserved, handed to a batch run of its own, abandoned), its outcome upserted, then continued as new after its two batches"},
+	{file: "enrollment_desk_closed_to_tell.json", workflow: "EnrollmentDesk",
+		path: "a desk's next run: clears the search attributes it continued with, decides one batch, and continues as new on its timer to tell it (StudentId, ClaimStatus confirmed)"},
+	{file: "enrollment_desk_before_outcome.json", workflow: "EnrollmentDesk",
+		path:    "a desk's first run as enrollment_desk_continued_as_new, without search attributes",
+		earlier: "recorded before desks told their outcome (version desk-search-attributes); runs started then replay without it"},
 	{file: "enrollment_batch_from_desk.json", workflow: "EnrollmentBatch",
 		path: "a desk's durable path: no fast path, the desk's reservation found, PublishBatch retried until the broker was back, confirmed, events stamped with the batch's CollectedAt"},
 	// Enrollment run per request (ENROLL_MODE=single).

@@ -30,6 +30,7 @@ import (
 	sdkworker "go.temporal.io/sdk/worker"
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/claimflow/claimflow/activities"
 	appconfig "github.com/claimflow/claimflow/internal/config"
 	"github.com/claimflow/claimflow/internal/notifysim"
 	"github.com/claimflow/claimflow/internal/payoutsim"
@@ -185,6 +186,25 @@ func TestRecordDeskHistories(t *testing.T) {
 	rec.record("enrollment_batch_from_desk", handed[0].WorkflowID, handed[0].RunID)
 	if got := c.must("GET", "/v1/enrollments/"+durable["id"].(string), nil, http.StatusOK); got["status"] != "confirmed" {
 		t.Fatalf("the handed-off desk enrollment: %v", got)
+	}
+	// The next run clears the search attributes it continued with, decides
+	// one batch, and closes on its timer to tell it. The fast path tries
+	// the broker again once its last failure is FailFastWindow old.
+	time.Sleep(activities.FailFastWindow + 500*time.Millisecond)
+	next := desk.must("POST", "/v1/courses/"+course+"/enrollments", map[string]any{"student_id": "desk-next-" + run}, http.StatusCreated)
+	if next["status"] != "confirmed" || next["run_id"] == fast["run_id"] {
+		t.Fatalf("an enrollment after the desk continued as new answered %v (the first run: %s)", next, fast["run_id"])
+	}
+	rec.record("enrollment_desk_closed_to_tell", workflows.EnrollmentDeskWorkflowID(0), next["run_id"].(string))
+	var closedBy []runRef
+	waitFor(t, 10*time.Second, "visibility to find the desk run that confirmed the claim", func() bool {
+		var err error
+		closedBy, err = listRuns(context.Background(), s.Client, s.Config.Namespace,
+			fmt.Sprintf("WorkflowType = 'EnrollmentDesk' AND StudentId = 'desk-next-%s' AND ClaimStatus = 'confirmed'", run), 2)
+		return err == nil && len(closedBy) > 0
+	})
+	if len(closedBy) != 1 || closedBy[0].RunID != next["run_id"] {
+		t.Fatalf("visibility finds %v for the desk's second run's claim, want run %s alone", closedBy, next["run_id"])
 	}
 }
 

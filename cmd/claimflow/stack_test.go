@@ -526,6 +526,31 @@ func TestIntegration(t *testing.T) {
 		}
 	})
 
+	t.Run("a batch the desk cannot list goes to a run of its own", func(t *testing.T) {
+		// Desks whose search attribute values take 40 bytes: the first
+		// batch lists a student of 7 bytes; a batch from another replica
+		// whose student takes 35 would make 42, so the desk rejects it and
+		// that replica decides it in a batch run of its own.
+		small := func(cfg *appconfig.Config) { cfg.ClaimDesks, cfg.ClaimBatchAttrBytes = 1, 40 }
+		first, second := apiInMode(t, s, c, "desk", small), apiInMode(t, s, c, "desk", small)
+		closeDesk(t, s, 0) // the next batch starts a desk with these settings
+		defer closeDesk(t, s, 0)
+		c.must("POST", "/v1/courses", map[string]any{"id": "full101", "title": "Full desk", "capacity": 10}, http.StatusCreated)
+		a := first.must("POST", "/v1/courses/full101/enrollments", map[string]any{"student_id": "fl-0"}, http.StatusCreated)
+		b := second.must("POST", "/v1/courses/full101/enrollments", map[string]any{"student_id": "fl-" + strings.Repeat("x", 29)}, http.StatusCreated)
+		if a["status"] != "confirmed" || a["workflow_id"] != workflows.EnrollmentDeskWorkflowID(0) {
+			t.Errorf("the first claim answered %v, want confirmed by the desk", a)
+		}
+		if wid, _ := b["workflow_id"].(string); b["status"] != "confirmed" || !strings.HasPrefix(wid, "enrollment-batch:") {
+			t.Errorf("the second claim answered %v, want confirmed by a batch run", b)
+		}
+		for i, r := range []*apiClient{first, second} {
+			if n, want := metricValue(metricsText(t, r), "claimflow_claim_desk_full_total"), float64(i); n != want {
+				t.Errorf("replica %d counted %v batches the desk could not list, want %v", i, n, want)
+			}
+		}
+	})
+
 	t.Run("concurrent students never oversell/desk continuing as new every 2 batches", func(t *testing.T) {
 		// One desk that continues as new after every second batch: the
 		// rush's batches meet runs as they close, and the server's aborted
@@ -733,6 +758,29 @@ func closeDesk(t *testing.T, s *stack, k int) {
 	if err := s.Client.GetWorkflow(ctx, id, "").Get(ctx, nil); !temporal.IsCanceledError(err) {
 		t.Fatalf("%s after its cancel: %v, want cancelled", id, err)
 	}
+}
+
+// deskBatchesOpen is how many batches desk k's running run decided, which
+// its search attributes tell only once it closes; 0 when no run is open.
+func deskBatchesOpen(t *testing.T, s *stack, k int) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	id := workflows.EnrollmentDeskWorkflowID(k)
+	d, err := s.Client.DescribeWorkflow(ctx, id, "")
+	if err != nil || d.RawResponse.GetWorkflowExecutionInfo().GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+		return 0
+	}
+	v, err := s.Client.QueryWorkflow(ctx, id, "", workflows.QueryStatus)
+	if err != nil {
+		t.Logf("query %s: %v", id, err)
+		return -1
+	}
+	var st workflows.DeskState
+	if err := v.Get(&st); err != nil {
+		t.Fatalf("decode %s's status: %v", id, err)
+	}
+	return st.Batches
 }
 
 // runChain fetches the histories of a workflow ID's runs, latest first,
