@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"go.temporal.io/api/workflowservice/v1"
+
+	appconfig "github.com/claimflow/claimflow/internal/config"
 )
 
 // visRuns returns "workflowID/runID" of every run the visibility query finds.
@@ -36,20 +38,29 @@ func visRuns(t *testing.T, s *stack, query string) []string {
 	return out
 }
 
-// TestVisibilityTellsTheOutcome drives a burst through the batcher and the
-// single path, waits until no run is open, and asks visibility what an
-// operator would: no closed run may carry a non-terminal ClaimStatus, and
-// the by-student queries of docs/operations.md find exactly the runs that
-// decided each student's claim, as they decided it.
+// TestVisibilityTellsTheOutcome drives a burst through the batcher (batch
+// runs; a desk and batch runs beside it) and the single path, waits until
+// no run is open and every desk run that decided a claim closed, and asks
+// visibility what an operator would: no closed run may carry a
+// non-terminal ClaimStatus, and the by-student queries of
+// docs/operations.md find exactly the runs that decided each student's
+// claim, as they decided it.
 func TestVisibilityTellsTheOutcome(t *testing.T) {
 	if testing.Short() {
 		t.Skip("integration tests start the real stack; skipped with -short")
 	}
 	s := testStack(t, dataDir(t))
-	batch := newAPIClient(t, s)
-	single := apiInMode(t, s, batch, "single")
+	c := newAPIClient(t, s)
+	single := apiInMode(t, s, c, "single")
+	for _, mode := range []string{"batch", "desk"} {
+		t.Run(mode, func(t *testing.T) {
+			visibilityBurst(t, s, apiInMode(t, s, c, mode, func(cfg *appconfig.Config) { cfg.ClaimDesks = 1 }), single, "vis-"+mode)
+		})
+	}
+}
 
-	courses := []string{"vis-a", "vis-b", "vis-c"}
+func visibilityBurst(t *testing.T, s *stack, batch, single *apiClient, prefix string) {
+	courses := []string{prefix + "-a", prefix + "-b", prefix + "-c"}
 	for _, c := range courses {
 		batch.must("POST", "/v1/courses", map[string]any{"id": c, "title": "Visibility " + c, "capacity": 30}, http.StatusCreated)
 	}
@@ -69,7 +80,7 @@ func TestVisibilityTellsTheOutcome(t *testing.T) {
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			a := answer{student: fmt.Sprintf("vis-s-%03d", i), course: courses[i%len(courses)]}
+			a := answer{student: fmt.Sprintf("%s-s-%03d", prefix, i), course: courses[i%len(courses)]}
 			c := batch
 			if i%10 == 0 { // some claims take the single path
 				c = single
@@ -111,6 +122,11 @@ func TestVisibilityTellsTheOutcome(t *testing.T) {
 	waitFor(t, 2*time.Minute, "no open run on the burst's courses", heldFor(time.Second, func() bool {
 		return openRunsOf(t, s, courses...) == 0
 	}))
+	// A desk's decisions reach visibility when its run closes, within
+	// seconds of its first decision: then its latest run holds none.
+	waitFor(t, time.Minute, "the desk's decisions in closed runs", func() bool {
+		return deskBatchesOpen(t, s, 0) == 0
+	})
 
 	nonTerminal := "ExecutionStatus != 'Running' AND ClaimStatus IN ('pending', 'reserved', 'using', 'dead_lettered', 'retrying')"
 	waitFor(t, 30*time.Second, "visibility to settle", heldFor(2*time.Second, func() bool {
@@ -124,7 +140,11 @@ func TestVisibilityTellsTheOutcome(t *testing.T) {
 	}
 	batches := visRuns(t, s, "WorkflowType = 'EnrollmentBatch'")
 	mixed := visRuns(t, s, "WorkflowType = 'EnrollmentBatch' AND ClaimStatus = 'confirmed' AND RefusedStudentIds IS NOT NULL")
-	t.Logf("%d batch runs, %d of them confirmed some claims and refused others", len(batches), len(mixed))
+	desks := visRuns(t, s, "WorkflowType = 'EnrollmentDesk' AND ExecutionStatus != 'Running'")
+	t.Logf("%d batch runs, %d of them confirmed some claims and refused others; %d closed desk runs", len(batches), len(mixed), len(desks))
+	if strings.HasPrefix(prefix, "vis-desk") && len(desks) == 0 {
+		t.Errorf("no desk run closed: the burst never reached the desk")
+	}
 
 	confirmedBy := func(student string) string {
 		return fmt.Sprintf("StudentId = '%s' AND ClaimStatus = 'confirmed'", student)
@@ -153,9 +173,10 @@ func TestVisibilityTellsTheOutcome(t *testing.T) {
 		}
 		// The run that refused the student held the claim: by ID (single)
 		// or in the batch's claims.
-		if strings.HasPrefix(got[0], "enrollment-batch:") {
-			if batchOf := visRuns(t, s, fmt.Sprintf("RefusedStudentIds = '%s' AND WorkflowType = 'EnrollmentBatch'", a.student)); !slices.Equal(batchOf, got) {
-				t.Errorf("%s: the refusing batch %v is not the one listing it refused (%v)", a.student, got, batchOf)
+		if kind, _, _ := strings.Cut(got[0], ":"); kind == "enrollment-batch" || kind == "enrollment-desk" {
+			wfType := map[string]string{"enrollment-batch": "EnrollmentBatch", "enrollment-desk": "EnrollmentDesk"}[kind]
+			if batchOf := visRuns(t, s, fmt.Sprintf("RefusedStudentIds = '%s' AND WorkflowType = '%s'", a.student, wfType)); !slices.Equal(batchOf, got) {
+				t.Errorf("%s: the refusing run %v is not the one listing it refused (%v)", a.student, got, batchOf)
 			}
 		} else if !strings.Contains(got[0], ":"+a.course+":"+a.student) {
 			t.Errorf("%s on %s was refused by %s", a.student, a.course, got[0])
