@@ -15,8 +15,9 @@ import (
 // run (continue-as-new or an operator's cancel): like a batch run's final
 // upsert, it costs no visibility write beyond the close. So that the lists
 // stay within the server's size limit of a search attribute value, a desk
-// continues as new once a list passes half of it, refuses (in its update
-// validator) a batch that might not fit, and continues as new at most
+// continues as new once two of its largest batches might no longer fit,
+// refuses (in its update validator) a batch that might not fit, and
+// continues as new at most
 // deskDiscloseWithin after its first decision, which bounds how long a
 // decision is missing from visibility.
 
@@ -74,12 +75,14 @@ type deskOutcome struct {
 	courses   keywordSet // CourseId: the courses of those claims
 	refused   keywordSet // RefusedStudentIds: refused or waitlisted here
 	handedOff int        // claims reserved here and confirmed by a batch run of their own
+	largest   int        // the most bytes one batch could add to a list
 }
 
 // add records the decisions of one batch's claims. A reserved claim went
 // on to a batch run of its own, whose search attributes tell its fate; a
 // claim left undecided has no fate here either.
 func (o *deskOutcome) add(claims []EnrollmentInput, decisions []Decision) {
+	o.largest = max(o.largest, batchBytes(claims))
 	for i, c := range claims {
 		if i >= len(decisions) {
 			return
@@ -111,9 +114,24 @@ func (o *deskOutcome) status() EnrollmentStatus {
 	}
 }
 
-// full says a list passed half of budget: the run should close.
+// full says two batches as large as the run's largest might not fit in
+// budget: the run should close rather than reject the batches to come. A
+// run closes at a lists' size near budget (the batches of a 2,000/s burst
+// add about a kilobyte each), not at a fixed fraction of it: every close
+// costs a run's start and the retry of a batch that meets it closing.
 func (o *deskOutcome) full(budget int) bool {
-	return max(o.confirmed.bytes, o.courses.bytes, o.refused.bytes) > budget/2
+	return max(o.confirmed.bytes, o.courses.bytes, o.refused.bytes)+2*o.largest > budget
+}
+
+// batchBytes is the most one batch's claims add to a list: its students'
+// or its courses' encoded size, whichever is larger.
+func batchBytes(claims []EnrollmentInput) int {
+	var s, c keywordSet
+	for _, claim := range claims {
+		s.add(claim.StudentID)
+		c.add(claim.CourseID)
+	}
+	return max(s.bytes, c.bytes)
 }
 
 // fits says batches can be decided here with every list still within

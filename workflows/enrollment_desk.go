@@ -54,7 +54,8 @@ type DeskState struct {
 }
 
 // EnrollmentDesk decides the batches sent to it until it has decided
-// BatchesPerRun of them, its search attributes are half full or its first
+// BatchesPerRun of them, its search attributes might not take two more of
+// its largest batches, or its first
 // decision is DiscloseWithin old, then continues as new. An operator's
 // cancel closes it after the batches it holds are decided. The run's
 // search attributes tell what it decided once it closed (desk_outcome.go).

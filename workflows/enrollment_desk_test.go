@@ -262,12 +262,13 @@ func TestEnrollmentDeskTellsWhatItDecided(t *testing.T) {
 		assert.Equal(t, []string{"stu-1"}, deskOutcomeOf(all[0]).students)
 	})
 
-	t.Run("a batch that might not fit is rejected, and a half-full run closes", func(t *testing.T) {
+	t.Run("a batch that might not fit is rejected, and a run closes when two of its largest might not", func(t *testing.T) {
 		f := newBatchFake().withCourse(courseID, 30, 0)
 		env, upserts := newBatchEnv(t, f)
 		env.RegisterWorkflow(workflows.EnrollmentDesk)
-		// Each student is 8 bytes ("stu-1" quoted, a comma), the course 11;
-		// the budget is 50, so a run closes past 25.
+		// Each student is 8 bytes ("stu-1" quoted, a comma), the course 8;
+		// the budget is 50. The largest batch decided adds 16 bytes, so the
+		// run closes once its list passes 50 - 2×16 = 18.
 		first := sendDeskBatch(env, deskBatch("b-1", claim("enr-1", courseID, "stu-1"), claim("enr-2", courseID, "stu-2")), 0)
 		big := sendDeskBatch(env, deskBatch("b-2", claim("enr-3", courseID, "stu-3"), claim("enr-4", courseID, "stu-4"),
 			claim("enr-5", courseID, "stu-5"), claim("enr-6", courseID, "stu-6"), claim("enr-7", courseID, "stu-7")), time.Second)
@@ -277,7 +278,7 @@ func TestEnrollmentDeskTellsWhatItDecided(t *testing.T) {
 
 		env.ExecuteWorkflow(workflows.EnrollmentDesk, workflows.EnrollmentDeskInput{AttrBytes: 50, DiscloseWithin: time.Hour})
 
-		assert.Less(t, env.Now().Sub(began), time.Minute, "closed when half full, not by the hour's timer")
+		assert.Less(t, env.Now().Sub(began), time.Minute, "closed when full, not by the hour's timer")
 
 		var can *workflow.ContinueAsNewError
 		require.True(t, errors.As(env.GetWorkflowError(), &can), "got %v", env.GetWorkflowError())
@@ -288,12 +289,14 @@ func TestEnrollmentDeskTellsWhatItDecided(t *testing.T) {
 			assert.Equal(t, workflows.DeskFullErrorType, app.Type())
 		}
 		big.mu.Unlock()
-		assert.Len(t, small.result(t), 1, "16 + 8 bytes fit")
-		assert.Len(t, after.result(t), 1, "24 bytes is not half full: the run takes another batch; 32 is, and it closes")
+		assert.Len(t, small.result(t), 1, "16 + 8 bytes fit: 16 + 2×16 is not over 50, the run took it")
+		after.mu.Lock()
+		assert.False(t, after.accepted, "24 + 2×16 is over 50: the run closed, the next batch goes to the next run")
+		after.mu.Unlock()
 		all := upserts.all()
 		require.Len(t, all, 1)
-		assert.Equal(t, []string{"stu-1", "stu-2", "stu-8", "stu-9"}, deskOutcomeOf(all[0]).students)
-		assert.Equal(t, 3, f.callCount(workflows.ReserveSeats.Name), "the rejected batch reserved nothing")
+		assert.Equal(t, []string{"stu-1", "stu-2", "stu-8"}, deskOutcomeOf(all[0]).students)
+		assert.Equal(t, 2, f.callCount(workflows.ReserveSeats.Name), "the rejected batch reserved nothing")
 	})
 
 	t.Run("a run clears what it continued from its previous run", func(t *testing.T) {
