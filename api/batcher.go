@@ -297,9 +297,6 @@ func newBatchBuilder(o BatchOptions) *batchBuilder {
 	return &batchBuilder{opts: o, students: map[string]bool{}, courses: map[string]bool{}}
 }
 
-// entryBytes is one list entry encoded, as the desk measures its lists.
-func entryBytes(id string) int { return workflows.AttrEntryBytes(id) }
-
 func (b *batchBuilder) full() bool { return len(b.claims) >= b.opts.MaxBatch }
 
 func (b *batchBuilder) fits(p *pendingClaim) bool {
@@ -308,10 +305,10 @@ func (b *batchBuilder) fits(p *pendingClaim) bool {
 	}
 	sb, cb := b.studentBytes, b.courseBytes
 	if !b.students[p.in.StudentID] {
-		sb += entryBytes(p.in.StudentID)
+		sb += workflows.AttrEntryBytes(p.in.StudentID)
 	}
 	if !b.courses[p.in.CourseID] {
-		cb += entryBytes(p.in.CourseID)
+		cb += workflows.AttrEntryBytes(p.in.CourseID)
 	}
 	return sb <= b.opts.MaxAttrBytes && cb <= b.opts.MaxAttrBytes
 }
@@ -320,11 +317,11 @@ func (b *batchBuilder) add(p *pendingClaim) {
 	b.claims = append(b.claims, p)
 	if !b.students[p.in.StudentID] {
 		b.students[p.in.StudentID] = true
-		b.studentBytes += entryBytes(p.in.StudentID)
+		b.studentBytes += workflows.AttrEntryBytes(p.in.StudentID)
 	}
 	if !b.courses[p.in.CourseID] {
 		b.courses[p.in.CourseID] = true
-		b.courseBytes += entryBytes(p.in.CourseID)
+		b.courseBytes += workflows.AttrEntryBytes(p.in.CourseID)
 	}
 }
 

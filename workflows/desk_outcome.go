@@ -74,7 +74,6 @@ type deskOutcome struct {
 	confirmed keywordSet // StudentId: students with a claim confirmed here
 	courses   keywordSet // CourseId: the courses of those claims
 	refused   keywordSet // RefusedStudentIds: refused or waitlisted here
-	handedOff int        // claims reserved here and confirmed by a batch run of their own
 	largest   int        // the most bytes one batch could add to a list
 }
 
@@ -82,7 +81,8 @@ type deskOutcome struct {
 // on to a batch run of its own, whose search attributes tell its fate; a
 // claim left undecided has no fate here either.
 func (o *deskOutcome) add(claims []EnrollmentInput, decisions []Decision) {
-	o.largest = max(o.largest, batchBytes(claims))
+	students, courses := listBytes(claims)
+	o.largest = max(o.largest, students, courses)
 	for i, c := range claims {
 		if i >= len(decisions) {
 			return
@@ -93,8 +93,6 @@ func (o *deskOutcome) add(claims []EnrollmentInput, decisions []Decision) {
 			o.courses.add(c.CourseID)
 		case StatusRefused, StatusWaitlisted:
 			o.refused.add(c.StudentID)
-		case StatusReserved:
-			o.handedOff++
 		}
 	}
 }
@@ -123,15 +121,15 @@ func (o *deskOutcome) full(budget int) bool {
 	return max(o.confirmed.bytes, o.courses.bytes, o.refused.bytes)+2*o.largest > budget
 }
 
-// batchBytes is the most one batch's claims add to a list: its students'
-// or its courses' encoded size, whichever is larger.
-func batchBytes(claims []EnrollmentInput) int {
+// listBytes is the encoded size of one batch's students and of its
+// courses, each listed once: the most it can add to each list.
+func listBytes(claims []EnrollmentInput) (students, courses int) {
 	var s, c keywordSet
 	for _, claim := range claims {
 		s.add(claim.StudentID)
 		c.add(claim.CourseID)
 	}
-	return max(s.bytes, c.bytes)
+	return s.bytes, c.bytes
 }
 
 // fits says batches can be decided here with every list still within
@@ -139,13 +137,9 @@ func batchBytes(claims []EnrollmentInput) int {
 func (o *deskOutcome) fits(budget int, batches ...EnrollmentBatchInput) bool {
 	students, courses := 0, 0
 	for _, b := range batches {
-		var s, c keywordSet
-		for _, claim := range b.Claims {
-			s.add(claim.StudentID)
-			c.add(claim.CourseID)
-		}
-		students += s.bytes
-		courses += c.bytes
+		s, c := listBytes(b.Claims)
+		students += s
+		courses += c
 	}
 	return max(o.confirmed.bytes, o.refused.bytes)+students <= budget && o.courses.bytes+courses <= budget
 }

@@ -173,21 +173,6 @@ func TestEnrollmentDesk(t *testing.T) {
 	})
 }
 
-// deskOutcome is what an upsert of a desk's search attributes set.
-type deskOutcome struct {
-	status                     string
-	students, courses, refused []string
-}
-
-func deskOutcomeOf(sa temporal.SearchAttributes) deskOutcome {
-	var o deskOutcome
-	o.status, _ = sa.GetKeyword(workflows.SearchClaimStatus)
-	o.students, _ = sa.GetKeywordList(workflows.SearchStudentID)
-	o.courses, _ = sa.GetKeywordList(workflows.SearchCourseID)
-	o.refused, _ = sa.GetKeywordList(workflows.SearchRefusedStudentIDs)
-	return o
-}
-
 func TestEnrollmentDeskTellsWhatItDecided(t *testing.T) {
 	t.Run("the closing run lists the students it confirmed and refused", func(t *testing.T) {
 		f := newBatchFake().withCourse(courseID, 3, 1)
@@ -202,8 +187,8 @@ func TestEnrollmentDeskTellsWhatItDecided(t *testing.T) {
 		require.True(t, errors.As(env.GetWorkflowError(), &can), "got %v", env.GetWorkflowError())
 		all := upserts.all()
 		require.Len(t, all, 1, "one upsert, in the closing task")
-		assert.Equal(t, deskOutcome{status: "confirmed", students: []string{"stu-1", "stu-2"}, courses: []string{courseID},
-			refused: []string{"stu-3", "stu-4"}}, deskOutcomeOf(all[0]))
+		assert.Equal(t, outcome{ClaimStatus: "confirmed", StudentIDs: []string{"stu-1", "stu-2"}, CourseIDs: []string{courseID},
+			Refused: []string{"stu-3", "stu-4"}}, outcomeOf(all[0]))
 	})
 
 	t.Run("a desk that only refused says refused; one that reserved only says handed_off", func(t *testing.T) {
@@ -211,12 +196,12 @@ func TestEnrollmentDeskTellsWhatItDecided(t *testing.T) {
 			name      string
 			failBatch int
 			claims    []workflows.EnrollmentInput
-			want      deskOutcome
+			want      outcome
 		}{
 			{"refused", 0, []workflows.EnrollmentInput{claim("enr-1", noCourse, "stu-1")},
-				deskOutcome{status: "refused", refused: []string{"stu-1"}}},
+				outcome{ClaimStatus: "refused", Refused: []string{"stu-1"}}},
 			{"handed off", 1, []workflows.EnrollmentInput{claim("enr-1", courseID, "stu-1")},
-				deskOutcome{status: "handed_off"}},
+				outcome{ClaimStatus: "handed_off"}},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
 				f := newBatchFake().withCourse(courseID, 30, 0)
@@ -234,7 +219,7 @@ func TestEnrollmentDeskTellsWhatItDecided(t *testing.T) {
 				assert.True(t, temporal.IsCanceledError(env.GetWorkflowError()), "got %v", env.GetWorkflowError())
 				all := upserts.all()
 				require.NotEmpty(t, all)
-				assert.Equal(t, tc.want, deskOutcomeOf(all[len(all)-1]))
+				assert.Equal(t, tc.want, outcomeOf(all[len(all)-1]))
 			})
 		}
 	})
@@ -259,7 +244,7 @@ func TestEnrollmentDeskTellsWhatItDecided(t *testing.T) {
 		late.mu.Unlock()
 		all := upserts.all()
 		require.Len(t, all, 1)
-		assert.Equal(t, []string{"stu-1"}, deskOutcomeOf(all[0]).students)
+		assert.Equal(t, []string{"stu-1"}, outcomeOf(all[0]).StudentIDs)
 	})
 
 	t.Run("a batch that might not fit is rejected, and a run closes when two of its largest might not", func(t *testing.T) {
@@ -295,7 +280,7 @@ func TestEnrollmentDeskTellsWhatItDecided(t *testing.T) {
 		after.mu.Unlock()
 		all := upserts.all()
 		require.Len(t, all, 1)
-		assert.Equal(t, []string{"stu-1", "stu-2", "stu-8"}, deskOutcomeOf(all[0]).students)
+		assert.Equal(t, []string{"stu-1", "stu-2", "stu-8"}, outcomeOf(all[0]).StudentIDs)
 		assert.Equal(t, 2, f.callCount(workflows.ReserveSeats.Name), "the rejected batch reserved nothing")
 	})
 
@@ -312,6 +297,6 @@ func TestEnrollmentDeskTellsWhatItDecided(t *testing.T) {
 		all := upserts.all()
 		require.Len(t, all, 2)
 		assert.Zero(t, all[0].Size(), "the first upsert unsets every key")
-		assert.Equal(t, []string{"stu-1"}, deskOutcomeOf(all[1]).students)
+		assert.Equal(t, []string{"stu-1"}, outcomeOf(all[1]).StudentIDs)
 	})
 }

@@ -741,6 +741,13 @@ func TestIntegration(t *testing.T) {
 	})
 }
 
+// deskRunning says whether desk k has a run open (false when it never
+// started or closed).
+func deskRunning(ctx context.Context, s *stack, k int) bool {
+	d, err := s.Client.DescribeWorkflow(ctx, workflows.EnrollmentDeskWorkflowID(k), "")
+	return err == nil && d.RawResponse.GetWorkflowExecutionInfo().GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING
+}
+
 // closeDesk cancels desk k, if it runs, as an operator would, and waits
 // until it closed; the next batch sent to it starts a new run.
 func closeDesk(t *testing.T, s *stack, k int) {
@@ -748,8 +755,7 @@ func closeDesk(t *testing.T, s *stack, k int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	id := workflows.EnrollmentDeskWorkflowID(k)
-	d, err := s.Client.DescribeWorkflow(ctx, id, "")
-	if err != nil || d.RawResponse.GetWorkflowExecutionInfo().GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+	if !deskRunning(ctx, s, k) {
 		return // never started, or closed already
 	}
 	if err := s.Client.CancelWorkflow(ctx, id, ""); err != nil {
@@ -767,8 +773,7 @@ func deskBatchesOpen(t *testing.T, s *stack, k int) int {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	id := workflows.EnrollmentDeskWorkflowID(k)
-	d, err := s.Client.DescribeWorkflow(ctx, id, "")
-	if err != nil || d.RawResponse.GetWorkflowExecutionInfo().GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+	if !deskRunning(ctx, s, k) {
 		return 0
 	}
 	v, err := s.Client.QueryWorkflow(ctx, id, "", workflows.QueryStatus)
