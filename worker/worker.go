@@ -29,7 +29,17 @@ type Options struct {
 // delivery (*consumer.Activities, the event consumer's own struct). Start it with Start, or
 // Run to block until interrupted.
 func New(c client.Client, sagas SagaActivities, delivery DeliveryActivities, o Options) sdkworker.Worker {
-	w := sdkworker.New(c, workflows.TaskQueue, sdkworker.Options{
+	w := sdkworker.New(c, workflows.TaskQueue, SDKOptions(o))
+	RegisterWorkflows(w)
+	RegisterActivities(w, sagas, delivery)
+	return w
+}
+
+// SDKOptions are the SDK's worker settings of a claimflow worker. The
+// bench's floor starts its own worker with them, so the floor it measures
+// is claimflow's: the same pollers, slots and stop timeout.
+func SDKOptions(o Options) sdkworker.Options {
+	return sdkworker.Options{
 		MaxConcurrentActivityExecutionSize: o.MaxConcurrentActivities,
 		// A batch run is one workflow task. With the SDK's default of two
 		// pollers, under load most workflow tasks found no poller waiting
@@ -39,10 +49,7 @@ func New(c client.Client, sagas SagaActivities, delivery DeliveryActivities, o O
 		// Let in-flight activities finish on SIGTERM before the process goes.
 		WorkerStopTimeout: 20 * time.Second,
 		Interceptors:      o.Interceptors,
-	})
-	RegisterWorkflows(w)
-	RegisterActivities(w, sagas, delivery)
-	return w
+	}
 }
 
 // Registry is what both a worker and a replayer can register into.

@@ -27,11 +27,10 @@ import (
 	"syscall"
 	"time"
 
-	sdkworker "go.temporal.io/sdk/worker"
-
 	"github.com/claimflow/claimflow/internal/bench"
 	"github.com/claimflow/claimflow/internal/config"
 	"github.com/claimflow/claimflow/internal/store"
+	"github.com/claimflow/claimflow/worker"
 )
 
 const usage = `usage: claimflow-bench <burst|peer|compare|capacity|floor|disk|reads> [flags]
@@ -407,7 +406,7 @@ func runFloor(ctx context.Context, env benchEnv, log *slog.Logger, args []string
 		Client: tc, Workflows: *n, Concurrency: *concurrency, Warmup: *warmup, Update: *update, Started: *started, Progress: stderr,
 		LongLived: *longLived, Runs: *runs, UpdatesPerRun: *perRun,
 		// claimflow's worker settings (worker.New), for a like-for-like floor.
-		WorkerOptions: sdkworker.Options{MaxConcurrentActivityExecutionSize: env.MaxActivities, WorkerStopTimeout: 20 * time.Second},
+		WorkerOptions: worker.SDKOptions(worker.Options{MaxConcurrentActivities: env.MaxActivities}),
 	})
 	if err != nil {
 		return err

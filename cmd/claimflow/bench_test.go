@@ -24,12 +24,12 @@ import (
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
-	sdkworker "go.temporal.io/sdk/worker"
 
 	"github.com/claimflow/claimflow/api"
 	"github.com/claimflow/claimflow/internal/bench"
 	"github.com/claimflow/claimflow/internal/services"
 	"github.com/claimflow/claimflow/internal/store"
+	"github.com/claimflow/claimflow/worker"
 )
 
 func TestBenchQuick(t *testing.T) {
@@ -261,7 +261,7 @@ func TestBenchQuick(t *testing.T) {
 			// claimflow-bench floor --quick [--update]: 100 workflows, 16 at once, 16 warm-up.
 			res, err := bench.Floor(runCtx(t), bench.FloorOptions{
 				Client: tc, Workflows: 100, Concurrency: 16, Warmup: 16, Update: mode.update, Started: mode.started, Progress: testWriter{t},
-				WorkerOptions: sdkworker.Options{MaxConcurrentActivityExecutionSize: s.Config.MaxActivities, WorkerStopTimeout: 20 * time.Second},
+				WorkerOptions: worker.SDKOptions(worker.Options{MaxConcurrentActivities: s.Config.MaxActivities}),
 			})
 			if err != nil {
 				t.Fatal(err)
@@ -339,7 +339,7 @@ func TestBenchQuick(t *testing.T) {
 		const runs, perRun, warmup, updates = 4, 30, 16, 100
 		res, err := bench.Floor(runCtx(t), bench.FloorOptions{
 			Client: tc, Workflows: updates, Concurrency: 16, Warmup: warmup, LongLived: true, Runs: runs, UpdatesPerRun: perRun, Progress: testWriter{t},
-			WorkerOptions: sdkworker.Options{MaxConcurrentActivityExecutionSize: s.Config.MaxActivities, WorkerStopTimeout: 20 * time.Second},
+			WorkerOptions: worker.SDKOptions(worker.Options{MaxConcurrentActivities: s.Config.MaxActivities}),
 		})
 		if err != nil {
 			t.Fatal(err)

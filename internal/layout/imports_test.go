@@ -33,7 +33,7 @@ var mayImport = map[string][]string{
 		"internal/kafka", "internal/notifysim", "internal/payoutsim", "internal/store"},
 	"internal/layout":     {},
 	"cmd/claimflow":       {"api", "worker", "internal/audit", "internal/config", "internal/memtrim", "internal/services", "workflows"},
-	"cmd/claimflow-bench": {"api", "internal/bench", "internal/config", "internal/kafka", "internal/store", "workflows"},
+	"cmd/claimflow-bench": {"api", "internal/bench", "internal/config", "internal/kafka", "internal/store", "worker", "workflows"},
 	"deploy":              {},
 	"deploy/kafka":        {},
 }
