@@ -1,7 +1,9 @@
 package layout
 
 import (
+	"os"
 	"os/exec"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -10,8 +12,9 @@ import (
 const module = "github.com/claimflow/claimflow/"
 
 // mayImport lists, for each package of this module, the packages of this
-// module it may import. docs/architecture.md shows the same table; a
-// package missing here fails the test, so a new room gets a rule.
+// module it may import. docs/architecture.md shows the same table
+// (TestArchitectureTableIsMayImport ties them); a package missing here
+// fails the test, so a new room gets a rule.
 var mayImport = map[string][]string{
 	"workflows":             {},
 	"activities":            {"workflows", "internal/buckets", "internal/kafka", "internal/store"},
@@ -65,4 +68,68 @@ func TestImportsFollowTheLayers(t *testing.T) {
 	if seen < len(mayImport)-2 {
 		t.Errorf("go list named only %d of the %d packages in the table", seen, len(mayImport))
 	}
+}
+
+// TestArchitectureTableIsMayImport holds docs/architecture.md's "Who may
+// import whom" table to mayImport, row for row: a rule changed in one place
+// and not the other fails here. A row's first cell names one or more
+// packages, its second the packages they may import ("nothing" for none);
+// parenthesised remarks are prose.
+func TestArchitectureTableIsMayImport(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/architecture.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(doc), "\n## Who may import whom\n")
+	if !ok {
+		t.Fatal(`docs/architecture.md has no "## Who may import whom" section`)
+	}
+	section, _, _ = strings.Cut(section, "\n## ")
+	backticked := regexp.MustCompile("`([^`]+)`")
+	remark := regexp.MustCompile(`\([^)]*\)`)
+	names := func(cell string) []string {
+		var out []string
+		for _, m := range backticked.FindAllStringSubmatch(remark.ReplaceAllString(cell, ""), -1) {
+			out = append(out, m[1])
+		}
+		return out
+	}
+	documented := map[string]bool{}
+	for _, line := range strings.Split(section, "\n") {
+		cells := strings.Split(strings.Trim(line, "| "), " | ")
+		if !strings.HasPrefix(line, "| `") || len(cells) != 2 {
+			continue
+		}
+		may := names(cells[1])
+		if strings.TrimSpace(cells[1]) != "nothing" && len(may) == 0 {
+			t.Errorf("row %q: its second cell names no package and is not \"nothing\"", line)
+		}
+		for _, pkg := range names(cells[0]) {
+			documented[pkg] = true
+			want, ok := mayImport[pkg]
+			if !ok {
+				t.Errorf("docs/architecture.md has a row for %s, mayImport has none", pkg)
+				continue
+			}
+			if !sameSet(may, want) {
+				t.Errorf("%s may import %v by docs/architecture.md, %v by mayImport", pkg, sorted(may), sorted(want))
+			}
+		}
+	}
+	for pkg := range mayImport {
+		if !documented[pkg] {
+			t.Errorf("mayImport has a row for %s, docs/architecture.md has none", pkg)
+		}
+	}
+	if len(documented) == 0 {
+		t.Fatal("no table rows read from docs/architecture.md")
+	}
+}
+
+func sameSet(a, b []string) bool { return slices.Equal(sorted(a), sorted(b)) }
+
+func sorted(s []string) []string {
+	out := slices.Clone(s)
+	slices.Sort(out)
+	return slices.Compact(out)
 }
