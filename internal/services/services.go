@@ -14,10 +14,12 @@ import (
 
 	"github.com/IBM/sarama"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/interceptor"
 	temporallog "go.temporal.io/sdk/log"
 	sdkworker "go.temporal.io/sdk/worker"
+	"google.golang.org/grpc"
 
 	"github.com/claimflow/claimflow/activities"
 	"github.com/claimflow/claimflow/api"
@@ -47,11 +49,20 @@ func DialTemporal(ctx context.Context, cfg config.Config, log *slog.Logger, tel 
 		// Compressing loopback calls costs CPU on both ends and saves nothing.
 		compression = &client.GrpcCompressionNone{}
 	}
+	var retries *prometheus.CounterVec
+	if tel != nil {
+		retries = tel.ClosingRetries
+	}
 	c, err := client.DialContext(ctx, client.Options{
-		HostPort:          cfg.TemporalAddress,
-		Namespace:         cfg.Namespace,
-		ConnectionOptions: client.ConnectionOptions{GrpcCompression: compression},
-		Logger:            temporallog.NewStructuredLogger(log.With("component", "temporal-sdk")),
+		HostPort:  cfg.TemporalAddress,
+		Namespace: cfg.Namespace,
+		ConnectionOptions: client.ConnectionOptions{
+			GrpcCompression: compression,
+			// Appended to the SDK's interceptors, so innermost: it sees
+			// each attempt of a call (closing.go).
+			DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(retryClosingRun(retries))},
+		},
+		Logger: temporallog.NewStructuredLogger(log.With("component", "temporal-sdk")),
 		// nil telemetry (one-shot tools such as replay) records nothing.
 		MetricsHandler: metricsHandler(tel),
 	})

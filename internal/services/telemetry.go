@@ -26,6 +26,9 @@ type Telemetry struct {
 	// consumer's.
 	Activities *activities.Metrics
 	Consumer   *consumer.Metrics
+	// ClosingRetries counts the updates this process's Temporal client
+	// retried at once because their run was continuing as new (closing.go).
+	ClosingRetries *prometheus.CounterVec
 }
 
 // NewTelemetry is a fresh registry with the Go runtime's, the Temporal
@@ -39,6 +42,7 @@ func NewTelemetry() *Telemetry {
 	)
 	t.Activities = activities.NewMetrics(t.Registry)
 	t.Consumer = consumer.NewMetrics(t.Registry)
+	t.ClosingRetries = NewClosingRetries(t.Registry)
 	return t
 }
 
