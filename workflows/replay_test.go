@@ -37,7 +37,8 @@ type fixture struct {
 // (TestRecordHistories in cmd/claimflow) writes all but the earlier ones
 // from a real stack; docs/replay.md says when to re-record.
 var fixtures = []fixture{
-	// Enrollment by group commit, the API's default (ENROLL_MODE=batch).
+	// Enrollment by group commit in a run per batch (ENROLL_MODE=batch, and
+	// a batch that finds the desk busy).
 	{file: "enrollment_batch_fast_path.json", workflow: "EnrollmentBatch",
 		path: "fast path: seat reserved, event published and enrollment confirmed in the first workflow task, answered confirmed"},
 	{file: "enrollment_batch_refused.json", workflow: "EnrollmentBatch",
@@ -53,7 +54,7 @@ var fixtures = []fixture{
 		path: "handed-off enrollment (Reserved): publish dead-lettered, operator retry, published and confirmed"},
 	{file: "enrollment_handed_off_dead_letter_compensated.json", workflow: "Enrollment",
 		path: "handed-off enrollment (Reserved): publish dead-lettered, operator compensate, seat released, enrollment.failed published"},
-	// Batches on a desk (ENROLL_MODE=desk).
+	// Batches on a desk (ENROLL_MODE=desk, the API's default).
 	{file: "enrollment_desk_continued_as_new.json", workflow: "EnrollmentDesk",
 		path: "a desk's first run: one batch on the fast path (confirmed), one whose fast path failed (answered reserved, handed to a batch run of its own, abandoned), its outcome upserted, then continued as new after its two batches"},
 	{file: "enrollment_desk_closed_to_tell.json", workflow: "EnrollmentDesk",

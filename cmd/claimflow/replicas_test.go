@@ -384,11 +384,12 @@ func TestTwoAPIsTwoWorkers(t *testing.T) {
 	}
 	startWorkerReplicas(t, s, 2)
 	// One API decides each enrollment in its own run (ReserveSeat), the other
-	// in group-commit batches (ReserveSeats): both guards of one course's
-	// seats are contended against each other.
+	// in group-commit batches (ReserveSeats) on a desk, the default, and in
+	// batch runs beside it: both guards of one course's seats are contended
+	// against each other.
 	apis := []*apiClient{
 		startAPIReplica(t, s, "api-0", "single"),
-		startAPIReplica(t, s, "api-1", "batch"),
+		startAPIReplica(t, s, "api-1", "desk"),
 	}
 	t.Logf("stack, 2 workers and 2 APIs up in %s", time.Since(began).Round(time.Millisecond))
 	// IDs unique to this run, for a real Kafka broker shared between runs.

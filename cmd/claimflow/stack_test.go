@@ -1145,36 +1145,64 @@ func TestRestartLosesNothing(t *testing.T) {
 		len(confirmed), len(accepted), len(events), redelivered)
 
 	// Workflow histories survived the restart too: every run that holds a
-	// confirmed enrollment is there, completed, and found by CourseId.
-	runs := map[string]string{}
+	// confirmed enrollment is there, closed, and found by CourseId: a batch
+	// run completed, a desk's run continued as new (at the latest on its
+	// timer, 5 s after its first decision, which tells visibility).
+	type claimRun struct{ wf, run string }
+	runs := map[claimRun]bool{}
 	rows, err = s2.Pool.Query(ctx, `SELECT DISTINCT workflow_id, run_id FROM enrollments WHERE course_id = 'rst101' AND status = 'confirmed'`)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for rows.Next() {
-		var wf, run string
-		if err := rows.Scan(&wf, &run); err != nil {
+		var r claimRun
+		if err := rows.Scan(&r.wf, &r.run); err != nil {
 			t.Fatal(err)
 		}
-		runs[wf] = run
+		runs[r] = true
 	}
-	for wf, run := range runs {
-		d, err := s2.Client.DescribeWorkflow(ctx, wf, run)
-		if err != nil {
-			t.Fatalf("run %s/%s of a confirmed enrollment: %v", wf, run, err)
+	desks := 0
+	statuses := map[claimRun]string{}
+	closed := func() bool {
+		for r := range runs {
+			d, err := s2.Client.DescribeWorkflow(ctx, r.wf, r.run)
+			if err != nil {
+				t.Fatalf("run %s/%s of a confirmed enrollment: %v", r.wf, r.run, err)
+			}
+			statuses[r] = d.RawResponse.GetWorkflowExecutionInfo().GetStatus().String()
 		}
-		if st := d.RawResponse.GetWorkflowExecutionInfo().GetStatus().String(); st != "Completed" {
-			t.Errorf("run %s/%s is %s", wf, run, st)
+		for r, st := range statuses {
+			want := "Completed"
+			if strings.HasPrefix(r.wf, "enrollment-desk:") {
+				want = "ContinuedAsNew"
+			}
+			if st != want {
+				return false
+			}
+		}
+		return true
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for !closed() && time.Now().Before(deadline) {
+		time.Sleep(200 * time.Millisecond)
+	}
+	for r, st := range statuses {
+		desk := strings.HasPrefix(r.wf, "enrollment-desk:")
+		if desk {
+			desks++
+		}
+		if want := map[bool]string{false: "Completed", true: "ContinuedAsNew"}[desk]; st != want {
+			t.Errorf("run %s/%s is %s, want %s", r.wf, r.run, st, want)
 		}
 	}
 	waitFor(t, 30*time.Second, "runs listed by CourseId", func() bool {
 		resp, err := s2.Client.CountWorkflow(ctx, &workflowservice.CountWorkflowExecutionsRequest{
-			Namespace: s2.Config.Namespace, Query: "CourseId = 'rst101' AND ExecutionStatus = 'Completed'",
+			Namespace: s2.Config.Namespace, Query: "CourseId = 'rst101' AND ExecutionStatus IN ('Completed', 'ContinuedAsNew')",
 		})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return int(resp.Count) >= len(runs)
 	})
-	t.Logf("%d runs hold the %d confirmed enrollments", len(runs), len(confirmed))
+	t.Logf("%d runs (%d of them a desk's) hold the %d confirmed enrollments", len(runs), desks, len(confirmed))
 }

@@ -30,7 +30,7 @@ const (
 	// DefaultClaimBatchInFlight bounds the batch runs under way at once.
 	DefaultClaimBatchInFlight = 2
 	// DefaultClaimDesks is how many desk runs the API sends batches to
-	// (ENROLL_MODE=desk), one batch on each at a time.
+	// (ENROLL_MODE=desk, the default), one batch on each at a time.
 	DefaultClaimDesks = 1
 	// DefaultClaimDeskBatches is how many batches a desk run decides before
 	// it continues as new: well below the 2,000 updates the Temporal server
@@ -122,7 +122,7 @@ var variables = []variable{
 	{"CONSUMER_GROUP", "claimflow-notifications", "the consumer's group"},
 	{"CONSUMER_BATCH", strconv.Itoa(DefaultConsumerBatch), "records the consumer applies together (1-10000)"},
 	{"NOTIFY_WEBHOOK_URL", "", "webhook receiving every notification (empty: the table alone)"},
-	{"ENROLL_MODE", "batch", "batch (group commit, a run per batch), desk (a batch to a run that stays when it is free, else a run of its own) or single (a run per request)"},
+	{"ENROLL_MODE", "desk", "desk (a batch to a run that stays when it is free, else a batch run of its own), batch (group commit, a run per batch) or single (a run per request)"},
 	{"CLAIM_BATCH_MAX", strconv.Itoa(DefaultClaimBatchMax), "claims one batch run decides"},
 	{"CLAIM_BATCH_INFLIGHT", strconv.Itoa(DefaultClaimBatchInFlight), "batch runs under way at once"},
 	{"CLAIM_BATCH_ATTR_BYTES", strconv.Itoa(DefaultClaimBatchAttrBytes), "bound of a batch's search attribute values"},
@@ -200,9 +200,9 @@ type Config struct {
 	// NotifyWebhookURL, when set, receives every notification before it is
 	// recorded (consumer and worker both); empty means the table alone.
 	NotifyWebhookURL string
-	// EnrollMode is "batch" (group commit in a run per batch, the
-	// default), "desk" (a batch to a run that stays when it is free) or "single" (one
-	// Enrollment run per request).
+	// EnrollMode is "desk" (a batch to a run that stays when it is free,
+	// else a batch run of its own; the default), "batch" (group commit in a
+	// run per batch) or "single" (one Enrollment run per request).
 	EnrollMode string
 	// ClaimDesks is how many desk runs the API sends batches to, and
 	// ClaimDeskBatches how many batches one run decides before it
