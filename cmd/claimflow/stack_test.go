@@ -1161,38 +1161,45 @@ func TestRestartLosesNothing(t *testing.T) {
 		}
 		runs[r] = true
 	}
-	desks := 0
+	// What each run must end as follows from its ID: the stack's desks
+	// continue as new, every other run completes.
+	desk := map[string]bool{}
+	for k := range s2.Config.ClaimDesks {
+		desk[workflows.EnrollmentDeskWorkflowID(k)] = true
+	}
+	want := func(r claimRun) string {
+		if desk[r.wf] {
+			return "ContinuedAsNew"
+		}
+		return "Completed"
+	}
 	statuses := map[claimRun]string{}
-	closed := func() bool {
+	pending := func() int {
+		n := 0
 		for r := range runs {
+			if statuses[r] == want(r) {
+				continue
+			}
 			d, err := s2.Client.DescribeWorkflow(ctx, r.wf, r.run)
 			if err != nil {
 				t.Fatalf("run %s/%s of a confirmed enrollment: %v", r.wf, r.run, err)
 			}
-			statuses[r] = d.RawResponse.GetWorkflowExecutionInfo().GetStatus().String()
-		}
-		for r, st := range statuses {
-			want := "Completed"
-			if strings.HasPrefix(r.wf, "enrollment-desk:") {
-				want = "ContinuedAsNew"
-			}
-			if st != want {
-				return false
+			if statuses[r] = d.RawResponse.GetWorkflowExecutionInfo().GetStatus().String(); statuses[r] != want(r) {
+				n++
 			}
 		}
-		return true
+		return n
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for !closed() && time.Now().Before(deadline) {
+	for deadline := time.Now().Add(30 * time.Second); pending() > 0 && time.Now().Before(deadline); {
 		time.Sleep(200 * time.Millisecond)
 	}
+	desks := 0
 	for r, st := range statuses {
-		desk := strings.HasPrefix(r.wf, "enrollment-desk:")
-		if desk {
+		if desk[r.wf] {
 			desks++
 		}
-		if want := map[bool]string{false: "Completed", true: "ContinuedAsNew"}[desk]; st != want {
-			t.Errorf("run %s/%s is %s, want %s", r.wf, r.run, st, want)
+		if st != want(r) {
+			t.Errorf("run %s/%s is %s, want %s", r.wf, r.run, st, want(r))
 		}
 	}
 	waitFor(t, 30*time.Second, "runs listed by CourseId", func() bool {
