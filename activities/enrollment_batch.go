@@ -10,6 +10,7 @@ import (
 
 	"github.com/IBM/sarama"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/claimflow/claimflow/internal/store"
 	"github.com/claimflow/claimflow/workflows"
@@ -28,17 +29,17 @@ type claimKey struct{ course, student string }
 // LIMIT, which cannot be flattened into such a join; the primary key and
 // the unique index allow one row each. TestExistingClaimsProbe holds the plan.
 const existingClaimsSQL = `
-	SELECT e.id, e.course_id, e.student_id, e.status
+	SELECT e.id, e.course_id, e.student_id, e.status, e.published
 	FROM unnest($1::text[]) AS k(id)
 	CROSS JOIN LATERAL (
-		SELECT a.id, a.course_id, a.student_id, a.status FROM enrollments a
+		SELECT a.id, a.course_id, a.student_id, a.status, a.published_at IS NOT NULL AS published FROM enrollments a
 		WHERE a.id = k.id
 		LIMIT 1) e
 	UNION
-	SELECT e.id, e.course_id, e.student_id, e.status
+	SELECT e.id, e.course_id, e.student_id, e.status, e.published
 	FROM unnest($2::text[], $3::text[]) AS r(course_id, student_id)
 	CROSS JOIN LATERAL (
-		SELECT a.id, a.course_id, a.student_id, a.status FROM enrollments a
+		SELECT a.id, a.course_id, a.student_id, a.status, a.published_at IS NOT NULL AS published FROM enrollments a
 		WHERE a.course_id = r.course_id AND a.student_id = r.student_id
 		  AND a.status IN ('reserved', 'confirmed', 'dead_lettered', 'waitlisted')
 		LIMIT 1) e`
@@ -48,8 +49,38 @@ const existingClaimsSQL = `
 // course without deadlocks, and the decisions are made in arrival order:
 // the first claims get the last seats. Retrying after a commit whose result
 // was lost finds the batch's own rows and answers the same.
+//
+// The transaction takes two round trips to Postgres, each a pipeline: one
+// opens it, locks the courses and reads the claims' enrollments; the other
+// writes the decisions and commits. At low load each round trip costs more
+// in wake-ups of idle processes than in work, and the course locks are held
+// for one round trip less.
 func (a *Activities) ReserveSeats(ctx context.Context, in workflows.ReserveSeatsInput) (workflows.ReserveSeatsResult, error) {
 	res := workflows.ReserveSeatsResult{Decisions: make([]workflows.Decision, len(in.Claims))}
+	conn, err := a.DB.Acquire(ctx)
+	if err != nil {
+		return res, fmt.Errorf("reserve seats: acquire a database connection: %w", err)
+	}
+	defer conn.Release()
+	if err := a.reserveSeats(ctx, conn, in, &res); err != nil {
+		rollback(ctx, conn)
+		return res, err
+	}
+	return res, nil
+}
+
+// rollback ends a transaction that failed half-way, so the connection goes
+// back to the pool clean; if it cannot, the pool drops the connection.
+func rollback(ctx context.Context, conn *pgxpool.Conn) {
+	if conn.Conn().PgConn().TxStatus() == 'I' {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	_, _ = conn.Exec(ctx, "ROLLBACK")
+}
+
+func (a *Activities) reserveSeats(ctx context.Context, conn *pgxpool.Conn, in workflows.ReserveSeatsInput, res *workflows.ReserveSeatsResult) error {
 	var (
 		courseIDs, ids, students []string
 		claimCourses             []string
@@ -64,153 +95,151 @@ func (a *Activities) ReserveSeats(ctx context.Context, in workflows.ReserveSeats
 	}
 	slices.Sort(courseIDs)
 
-	err := pgx.BeginFunc(ctx, a.DB, func(tx pgx.Tx) error {
-		available := map[string]int{}
-		queues := map[string]*queue{}
-		rows, err := tx.Query(ctx, `SELECT id, capacity - enrolled, capacity, waitlisted, waitlist_tail FROM courses WHERE id = ANY($1) ORDER BY id FOR UPDATE`, courseIDs)
-		if err != nil {
-			return fmt.Errorf("lock courses %v: %w", courseIDs, err)
-		}
+	available := map[string]int{}
+	queues := map[string]*queue{}
+	// Enrollments that already exist: our own from an earlier attempt, or
+	// another active one of the same student.
+	own := map[string]string{} // id → status
+	holders := map[claimKey]string{}
+
+	read := &pgx.Batch{}
+	read.Queue("BEGIN")
+	read.Queue(`SELECT id, capacity - enrolled, capacity, waitlisted, waitlist_tail FROM courses WHERE id = ANY($1) ORDER BY id FOR UPDATE`, courseIDs).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
 			var id string
 			var free, capacity int
 			q := &queue{}
 			if err := rows.Scan(&id, &free, &capacity, &q.waiting, &q.tail); err != nil {
-				return err
+				return fmt.Errorf("lock courses %v: %w", courseIDs, err)
 			}
 			available[id] = free
 			q.room = a.waitlistLimit(capacity) - q.waiting
 			queues[id] = q
 		}
-		if err := rows.Err(); err != nil {
-			return fmt.Errorf("lock courses: %w", err)
-		}
-
-		// Enrollments that already exist: our own from an earlier attempt,
-		// or another active one of the same student.
-		own := map[string]string{} // id → status
-		holders := map[claimKey]string{}
-		rows, err = tx.Query(ctx, existingClaimsSQL, ids, claimCourses, students)
-		if err != nil {
-			return fmt.Errorf("look up existing enrollments: %w", err)
-		}
+		return nil
+	})
+	read.Queue(existingClaimsSQL, ids, claimCourses, students).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
 			var id, course, student, status string
-			if err := rows.Scan(&id, &course, &student, &status); err != nil {
-				return err
+			var published bool
+			if err := rows.Scan(&id, &course, &student, &status, &published); err != nil {
+				return fmt.Errorf("look up existing enrollments: %w", err)
 			}
 			if slices.Contains(ids, id) {
 				own[id] = status
+				if published {
+					res.Published = append(res.Published, id)
+				}
 			}
 			if status == "reserved" || status == "confirmed" || status == "dead_lettered" || status == "waitlisted" {
 				holders[claimKey{course, student}] = id
 			}
 		}
-		if err := rows.Err(); err != nil {
-			return fmt.Errorf("look up existing enrollments: %w", err)
-		}
+		return nil
+	})
+	if err := conn.SendBatch(ctx, read).Close(); err != nil {
+		return fmt.Errorf("lock courses %v and look up the claims' enrollments: %w", courseIDs, err)
+	}
 
-		var insIDs, insCourses, insStudents, insWorkflows, insRuns []string
-		var insRequested []time.Time
-		var wlIDs, wlCourses, wlStudents, wlWorkflows, wlRuns []string
-		var wlRequested []time.Time
-		var wlSeqs []int64
-		taken := map[string]int{}
-		for i, c := range in.Claims {
-			d := &res.Decisions[i]
-			d.EnrollmentID = c.EnrollmentID
-			key := claimKey{c.CourseID, c.StudentID}
-			if status, ok := own[c.EnrollmentID]; ok {
-				switch status {
-				case "failed", "cancelled":
-					d.Status, d.Refusal = workflows.StatusRefused, workflows.RefusalEnrollmentInactive
-					d.Message = fmt.Sprintf("enrollment %s is already %s", c.EnrollmentID, status)
-				case "waitlisted":
-					d.Status = workflows.StatusWaitlisted
-					if d.Position, err = store.WaitlistPosition(ctx, tx, c.EnrollmentID); err != nil {
-						return err
-					}
-				default:
-					d.Status = workflows.StatusReserved
+	var insIDs, insCourses, insStudents, insWorkflows, insRuns []string
+	var insRequested []time.Time
+	var wlIDs, wlCourses, wlStudents, wlWorkflows, wlRuns []string
+	var wlRequested []time.Time
+	var wlSeqs []int64
+	taken := map[string]int{}
+	for i, c := range in.Claims {
+		d := &res.Decisions[i]
+		d.EnrollmentID = c.EnrollmentID
+		key := claimKey{c.CourseID, c.StudentID}
+		if status, ok := own[c.EnrollmentID]; ok {
+			switch status {
+			case "failed", "cancelled":
+				d.Status, d.Refusal = workflows.StatusRefused, workflows.RefusalEnrollmentInactive
+				d.Message = fmt.Sprintf("enrollment %s is already %s", c.EnrollmentID, status)
+			case "waitlisted":
+				d.Status = workflows.StatusWaitlisted
+				var err error
+				if d.Position, err = store.WaitlistPosition(ctx, conn, c.EnrollmentID); err != nil {
+					return err
 				}
-				continue
-			}
-			free, exists := available[c.CourseID]
-			switch holder := holders[key]; {
-			case !exists:
-				d.Status, d.Refusal = workflows.StatusRefused, workflows.RefusalCourseNotFound
-				d.Message = fmt.Sprintf("course %q does not exist", c.CourseID)
-			case holder != "":
-				d.Status, d.Refusal, d.EnrollmentID = workflows.StatusRefused, workflows.RefusalAlreadyEnrolled, holder
-				d.Message = fmt.Sprintf("student %q is already enrolled in %q", c.StudentID, c.CourseID)
-			case (free <= 0 || queues[c.CourseID].waiting > 0) && c.Waitlist:
-				// Full, or a promotion is on its way to the free seat: the
-				// claim queues behind those already waiting.
-				q := queues[c.CourseID]
-				if q.room <= 0 {
-					d.Status, d.Refusal = workflows.StatusRefused, workflows.RefusalWaitlistFull
-					d.Message = fmt.Sprintf("course %q is full and so is its waitlist", c.CourseID)
-					continue
-				}
-				q.room--
-				q.waiting++
-				q.tail++
-				q.joined++
-				d.Status, d.Position = workflows.StatusWaitlisted, q.waiting
-				holders[key] = c.EnrollmentID
-				wlIDs = append(wlIDs, c.EnrollmentID)
-				wlCourses = append(wlCourses, c.CourseID)
-				wlStudents = append(wlStudents, c.StudentID)
-				wlWorkflows = append(wlWorkflows, in.WorkflowID)
-				wlRuns = append(wlRuns, in.RunID)
-				wlRequested = append(wlRequested, c.RequestedAt)
-				wlSeqs = append(wlSeqs, q.tail)
-			case free <= 0 || queues[c.CourseID].waiting > 0:
-				d.Status, d.Refusal = workflows.StatusRefused, workflows.RefusalCourseFull
-				d.Message = fmt.Sprintf("course %q has no seat left", c.CourseID)
 			default:
 				d.Status = workflows.StatusReserved
-				available[c.CourseID] = free - 1
-				holders[key] = c.EnrollmentID
-				taken[c.CourseID]++
-				insIDs = append(insIDs, c.EnrollmentID)
-				insCourses = append(insCourses, c.CourseID)
-				insStudents = append(insStudents, c.StudentID)
-				insWorkflows = append(insWorkflows, in.WorkflowID)
-				insRuns = append(insRuns, in.RunID)
-				insRequested = append(insRequested, c.RequestedAt)
 			}
+			continue
 		}
-		if err := a.insertWaitlisted(ctx, tx, queues, wlIDs, wlCourses, wlStudents, wlWorkflows, wlRuns, wlRequested, wlSeqs); err != nil {
-			return err
+		free, exists := available[c.CourseID]
+		switch holder := holders[key]; {
+		case !exists:
+			d.Status, d.Refusal = workflows.StatusRefused, workflows.RefusalCourseNotFound
+			d.Message = fmt.Sprintf("course %q does not exist", c.CourseID)
+		case holder != "":
+			d.Status, d.Refusal, d.EnrollmentID = workflows.StatusRefused, workflows.RefusalAlreadyEnrolled, holder
+			d.Message = fmt.Sprintf("student %q is already enrolled in %q", c.StudentID, c.CourseID)
+		case (free <= 0 || queues[c.CourseID].waiting > 0) && c.Waitlist:
+			// Full, or a promotion is on its way to the free seat: the
+			// claim queues behind those already waiting.
+			q := queues[c.CourseID]
+			if q.room <= 0 {
+				d.Status, d.Refusal = workflows.StatusRefused, workflows.RefusalWaitlistFull
+				d.Message = fmt.Sprintf("course %q is full and so is its waitlist", c.CourseID)
+				continue
+			}
+			q.room--
+			q.waiting++
+			q.tail++
+			q.joined++
+			d.Status, d.Position = workflows.StatusWaitlisted, q.waiting
+			holders[key] = c.EnrollmentID
+			wlIDs = append(wlIDs, c.EnrollmentID)
+			wlCourses = append(wlCourses, c.CourseID)
+			wlStudents = append(wlStudents, c.StudentID)
+			wlWorkflows = append(wlWorkflows, in.WorkflowID)
+			wlRuns = append(wlRuns, in.RunID)
+			wlRequested = append(wlRequested, c.RequestedAt)
+			wlSeqs = append(wlSeqs, q.tail)
+		case free <= 0 || queues[c.CourseID].waiting > 0:
+			d.Status, d.Refusal = workflows.StatusRefused, workflows.RefusalCourseFull
+			d.Message = fmt.Sprintf("course %q has no seat left", c.CourseID)
+		default:
+			d.Status = workflows.StatusReserved
+			available[c.CourseID] = free - 1
+			holders[key] = c.EnrollmentID
+			taken[c.CourseID]++
+			insIDs = append(insIDs, c.EnrollmentID)
+			insCourses = append(insCourses, c.CourseID)
+			insStudents = append(insStudents, c.StudentID)
+			insWorkflows = append(insWorkflows, in.WorkflowID)
+			insRuns = append(insRuns, in.RunID)
+			insRequested = append(insRequested, c.RequestedAt)
 		}
-		if len(insIDs) == 0 {
-			return nil
-		}
-		if _, err := tx.Exec(ctx, `
+	}
+
+	write := &pgx.Batch{}
+	queueWaitlisted(write, queues, wlIDs, wlCourses, wlStudents, wlWorkflows, wlRuns, wlRequested, wlSeqs)
+	if len(insIDs) > 0 {
+		write.Queue(`
 			INSERT INTO enrollments (id, course_id, student_id, status, workflow_id, run_id, requested_at, recorded_at)
 			SELECT id, course_id, student_id, 'reserved', workflow_id, run_id, requested_at, clock_timestamp()
 			FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::timestamptz[])
 			     AS r(id, course_id, student_id, workflow_id, run_id, requested_at)`,
-			insIDs, insCourses, insStudents, insWorkflows, insRuns, insRequested); err != nil {
-			// A concurrent single-enrollment run may have won a pair between
-			// our read and this insert; the retry sees it as a holder.
-			return fmt.Errorf("insert %d enrollments: %w", len(insIDs), err)
-		}
+			insIDs, insCourses, insStudents, insWorkflows, insRuns, insRequested)
 		var takenCourses []string
 		var takenCounts []int32
 		for course, n := range taken {
 			takenCourses = append(takenCourses, course)
 			takenCounts = append(takenCounts, int32(n))
 		}
-		if _, err := tx.Exec(ctx, `
+		write.Queue(`
 			UPDATE courses c SET enrolled = c.enrolled + t.n
-			FROM unnest($1::text[], $2::int[]) AS t(id, n) WHERE c.id = t.id`, takenCourses, takenCounts); err != nil {
-			return fmt.Errorf("take seats: %w", err)
-		}
-		return nil
-	})
-	return res, err
+			FROM unnest($1::text[], $2::int[]) AS t(id, n) WHERE c.id = t.id`, takenCourses, takenCounts)
+	}
+	write.Queue("COMMIT")
+	if err := conn.SendBatch(ctx, write).Close(); err != nil {
+		// A concurrent single-enrollment run may have won a pair between
+		// our read and the insert; the retry sees it as a holder.
+		return fmt.Errorf("record %d reserved and %d waitlisted enrollments and take their places: %w", len(insIDs), len(wlIDs), err)
+	}
+	return nil
 }
 
 // queue is a course's waitlist while a batch decides: places left, people
@@ -220,21 +249,19 @@ type queue struct {
 	tail                  int64
 }
 
-// insertWaitlisted writes the batch's waitlisted enrollments with their
-// places and counts them on their courses.
-func (a *Activities) insertWaitlisted(ctx context.Context, tx pgx.Tx, queues map[string]*queue,
-	ids, courses, students, wfs, runs []string, requested []time.Time, seqs []int64) error {
+// queueWaitlisted queues the statements that write the batch's waitlisted
+// enrollments with their places and count them on their courses.
+func queueWaitlisted(b *pgx.Batch, queues map[string]*queue,
+	ids, courses, students, wfs, runs []string, requested []time.Time, seqs []int64) {
 	if len(ids) == 0 {
-		return nil
+		return
 	}
-	if _, err := tx.Exec(ctx, `
+	b.Queue(`
 		INSERT INTO enrollments (id, course_id, student_id, status, workflow_id, run_id, requested_at, recorded_at, waitlist_seq, waitlisted_at)
 		SELECT id, course_id, student_id, 'waitlisted', workflow_id, run_id, requested_at, clock_timestamp(), seq, clock_timestamp()
 		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::timestamptz[], $7::bigint[])
 		     AS r(id, course_id, student_id, workflow_id, run_id, requested_at, seq)`,
-		ids, courses, students, wfs, runs, requested, seqs); err != nil {
-		return fmt.Errorf("put %d enrollments on waitlists: %w", len(ids), err)
-	}
+		ids, courses, students, wfs, runs, requested, seqs)
 	var cs []string
 	var ns []int32
 	for id, q := range queues {
@@ -243,12 +270,9 @@ func (a *Activities) insertWaitlisted(ctx context.Context, tx pgx.Tx, queues map
 			ns = append(ns, int32(q.joined))
 		}
 	}
-	if _, err := tx.Exec(ctx, `
+	b.Queue(`
 		UPDATE courses c SET waitlisted = c.waitlisted + t.n, waitlist_tail = c.waitlist_tail + t.n
-		FROM unnest($1::text[], $2::int[]) AS t(id, n) WHERE c.id = t.id`, cs, ns); err != nil {
-		return fmt.Errorf("count the waitlists: %w", err)
-	}
-	return nil
+		FROM unnest($1::text[], $2::int[]) AS t(id, n) WHERE c.id = t.id`, cs, ns)
 }
 
 // FailFastWindow is how long after a failed send a FailFast publish is
@@ -269,7 +293,8 @@ func (a *Activities) sendFailedWithin(window time.Duration) (ago time.Duration, 
 
 // PublishBatch sends the batch's events in one call and stamps published_at
 // on each acknowledged enrollment. Events of enrollments already stamped are
-// not sent again, so a retry sends only what is missing.
+// not sent again, so a retry sends only what is missing; it looks them up
+// unless the input knows them (PublishedKnown).
 func (a *Activities) PublishBatch(ctx context.Context, in workflows.PublishBatchInput) error {
 	if len(in.Messages) != len(in.EnrollmentIDs) {
 		return fmt.Errorf("publish batch: %d messages for %d enrollments", len(in.Messages), len(in.EnrollmentIDs))
@@ -278,13 +303,20 @@ func (a *Activities) PublishBatch(ctx context.Context, in workflows.PublishBatch
 		return fmt.Errorf("publish batch: not sent, the broker failed a send %s ago", ago.Round(time.Millisecond))
 	}
 	done := map[string]bool{}
-	rows, err := a.DB.Query(ctx, `SELECT id FROM enrollments WHERE id = ANY($1) AND published_at IS NOT NULL`, in.EnrollmentIDs)
-	if err != nil {
-		return fmt.Errorf("check which events are out: %w", err)
+	var published []string
+	for _, id := range in.Published {
+		if slices.Contains(in.EnrollmentIDs, id) {
+			published = append(published, id)
+		}
 	}
-	published, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return fmt.Errorf("check which events are out: %w", err)
+	if !in.PublishedKnown {
+		rows, err := a.DB.Query(ctx, `SELECT id FROM enrollments WHERE id = ANY($1) AND published_at IS NOT NULL`, in.EnrollmentIDs)
+		if err != nil {
+			return fmt.Errorf("check which events are out: %w", err)
+		}
+		if published, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
+			return fmt.Errorf("check which events are out: %w", err)
+		}
 	}
 	for _, id := range published {
 		done[id] = true

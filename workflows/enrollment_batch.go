@@ -50,6 +50,9 @@ type ReserveSeatsInput struct {
 
 type ReserveSeatsResult struct {
 	Decisions []Decision
+	// Published lists the batch's own enrollments, recorded by an earlier
+	// attempt, whose event is already out (published_at is set).
+	Published []string `json:",omitempty"`
 }
 
 // PublishBatchInput sends every message and records published_at for each
@@ -65,6 +68,12 @@ type PublishBatchInput struct {
 	// Confirm confirms each acknowledged enrollment in the statement that
 	// records its publish: one write per enrollment instead of two.
 	Confirm bool `json:",omitempty"`
+	// PublishedKnown says Published lists every enrollment of the batch
+	// whose event is already out, as read moments ago in the same workflow
+	// task (ReserveSeatsResult.Published), so PublishBatch need not look
+	// them up. Only a single attempt may rely on it: a retry looks again.
+	PublishedKnown bool     `json:",omitempty"`
+	Published      []string `json:",omitempty"`
 }
 
 // BatchState is what the batch's status query returns.
@@ -213,6 +222,8 @@ func runBatch(ctx workflow.Context, in EnrollmentBatchInput, state *BatchState, 
 		// the publish policy and confirms what it has not.
 		fast := publish
 		fast.FailFast, fast.Confirm = true, true
+		// ReserveSeats has just read which events are out, in this task.
+		fast.PublishedKnown, fast.Published = true, reserved.Published
 		err := PublishBatch.ExecuteLocal(fastLocalOptions(ctx), fast)
 		if temporal.IsCanceledError(err) {
 			return err

@@ -108,6 +108,9 @@ func (b *batchFake) ReserveSeats(_ context.Context, in workflows.ReserveSeatsInp
 			} else {
 				d.Status = workflows.StatusReserved
 			}
+			if own.Published {
+				res.Published = append(res.Published, c.EnrollmentID)
+			}
 			continue
 		}
 		_, exists := b.capacity[c.CourseID]
@@ -138,7 +141,8 @@ func (b *batchFake) ReserveSeats(_ context.Context, in workflows.ReserveSeatsInp
 }
 
 // PublishBatch sends every event whose enrollment is not stamped published
-// yet and stamps them, or fails as a whole.
+// yet and stamps them, or fails as a whole. Like the real one, it takes
+// the input's word for what is out when the input says it knows.
 func (b *batchFake) PublishBatch(ctx context.Context, in workflows.PublishBatchInput) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -182,7 +186,11 @@ func (b *batchFake) PublishBatch(ctx context.Context, in workflows.PublishBatchI
 func (b *batchFake) publish(in workflows.PublishBatchInput) {
 	for i, m := range in.Messages {
 		e := b.enrollments[in.EnrollmentIDs[i]]
-		if e != nil && e.Published {
+		out := e != nil && e.Published
+		if in.PublishedKnown {
+			out = slices.Contains(in.Published, in.EnrollmentIDs[i])
+		}
+		if out {
 			continue
 		}
 		b.published = append(b.published, m)
@@ -529,6 +537,28 @@ func TestEnrollmentBatch(t *testing.T) {
 				for _, c := range pairGranted {
 					assert.Equal(t, workflows.StatusConfirmed, f.enrollment(c.EnrollmentID).Status)
 				}
+				assertNoHandOff(t, r)
+			},
+		},
+		{
+			name: "run again after one event went out: the fast path sends the others, told by ReserveSeats",
+			fake: func() *batchFake {
+				// enr-1's event is out and confirmed (an earlier attempt's
+				// worker died before its workflow task completed).
+				return newBatchFake().withCourse(courseID, 30, 0).
+					withEnrollment("enr-1", courseID, "stu-1", workflows.StatusConfirmed)
+			},
+			claims:        pair,
+			wantDecisions: []workflows.Decision{confirmedDecision("enr-2"), confirmedDecision("enr-1"), refusal("enr-3", workflows.RefusalCourseNotFound)},
+			wantState: workflows.BatchState{BatchID: batchID, Claims: 3, Reserved: 2, Refused: 1,
+				Status: workflows.StatusConfirmed},
+			check: func(t *testing.T, r *batchRun) {
+				f := r.fake
+				attempts := f.fastPublishAttempts()
+				require.Len(t, attempts, 1)
+				assert.True(t, attempts[0].In.PublishedKnown, "ReserveSeats has just read what is out")
+				assert.Equal(t, []string{"enr-1"}, attempts[0].In.Published)
+				wantBatchEvents(t, f.publishedMessages(), pairGranted[:1], testStart)
 				assertNoHandOff(t, r)
 			},
 		},
