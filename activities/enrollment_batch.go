@@ -18,9 +18,9 @@ import (
 
 type claimKey struct{ course, student string }
 
-// existingClaimsSQL finds the enrollments a batch's claims already have:
-// our own from an earlier attempt ($1), or another active one of the same
-// student in the course ($2, $3). Two index lookups joined by UNION: an OR
+// existingClaimsSQL finds the enrollments a batch's claims already have,
+// and whether each one's event is out: our own from an earlier attempt
+// ($1), or another active one of the same student in the course ($2, $3). Two index lookups joined by UNION: an OR
 // across them would make Postgres scan every enrollment for every batch.
 // Each is one index probe per claim, driven by the claims: as a plain join
 // or "= ANY" the planner may instead scan or sort the table (a merge join
@@ -141,11 +141,7 @@ func (a *Activities) reserveSeats(ctx context.Context, conn *pgxpool.Conn, in wo
 		return fmt.Errorf("lock courses %v and look up the claims' enrollments: %w", courseIDs, err)
 	}
 
-	var insIDs, insCourses, insStudents, insWorkflows, insRuns []string
-	var insRequested []time.Time
-	var wlIDs, wlCourses, wlStudents, wlWorkflows, wlRuns []string
-	var wlRequested []time.Time
-	var wlSeqs []int64
+	var ins, wl newRows
 	taken := map[string]int{}
 	for i, c := range in.Claims {
 		d := &res.Decisions[i]
@@ -190,13 +186,8 @@ func (a *Activities) reserveSeats(ctx context.Context, conn *pgxpool.Conn, in wo
 			q.joined++
 			d.Status, d.Position = workflows.StatusWaitlisted, q.waiting
 			holders[key] = c.EnrollmentID
-			wlIDs = append(wlIDs, c.EnrollmentID)
-			wlCourses = append(wlCourses, c.CourseID)
-			wlStudents = append(wlStudents, c.StudentID)
-			wlWorkflows = append(wlWorkflows, in.WorkflowID)
-			wlRuns = append(wlRuns, in.RunID)
-			wlRequested = append(wlRequested, c.RequestedAt)
-			wlSeqs = append(wlSeqs, q.tail)
+			wl.add(c, in)
+			wl.seqs = append(wl.seqs, q.tail)
 		case free <= 0 || queues[c.CourseID].waiting > 0:
 			d.Status, d.Refusal = workflows.StatusRefused, workflows.RefusalCourseFull
 			d.Message = fmt.Sprintf("course %q has no seat left", c.CourseID)
@@ -205,24 +196,19 @@ func (a *Activities) reserveSeats(ctx context.Context, conn *pgxpool.Conn, in wo
 			available[c.CourseID] = free - 1
 			holders[key] = c.EnrollmentID
 			taken[c.CourseID]++
-			insIDs = append(insIDs, c.EnrollmentID)
-			insCourses = append(insCourses, c.CourseID)
-			insStudents = append(insStudents, c.StudentID)
-			insWorkflows = append(insWorkflows, in.WorkflowID)
-			insRuns = append(insRuns, in.RunID)
-			insRequested = append(insRequested, c.RequestedAt)
+			ins.add(c, in)
 		}
 	}
 
 	write := &pgx.Batch{}
-	queueWaitlisted(write, queues, wlIDs, wlCourses, wlStudents, wlWorkflows, wlRuns, wlRequested, wlSeqs)
-	if len(insIDs) > 0 {
+	queueWaitlisted(write, queues, wl)
+	if len(ins.ids) > 0 {
 		write.Queue(`
 			INSERT INTO enrollments (id, course_id, student_id, status, workflow_id, run_id, requested_at, recorded_at)
 			SELECT id, course_id, student_id, 'reserved', workflow_id, run_id, requested_at, clock_timestamp()
 			FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::timestamptz[])
 			     AS r(id, course_id, student_id, workflow_id, run_id, requested_at)`,
-			insIDs, insCourses, insStudents, insWorkflows, insRuns, insRequested)
+			ins.ids, ins.courses, ins.students, ins.workflows, ins.runs, ins.requested)
 		var takenCourses []string
 		var takenCounts []int32
 		for course, n := range taken {
@@ -237,7 +223,7 @@ func (a *Activities) reserveSeats(ctx context.Context, conn *pgxpool.Conn, in wo
 	if err := conn.SendBatch(ctx, write).Close(); err != nil {
 		// A concurrent single-enrollment run may have won a pair between
 		// our read and the insert; the retry sees it as a holder.
-		return fmt.Errorf("record %d reserved and %d waitlisted enrollments and take their places: %w", len(insIDs), len(wlIDs), err)
+		return fmt.Errorf("record %d reserved and %d waitlisted enrollments and take their places: %w", len(ins.ids), len(wl.ids), err)
 	}
 	return nil
 }
@@ -249,11 +235,27 @@ type queue struct {
 	tail                  int64
 }
 
+// newRows are the columns of the enrollments a batch writes, one entry per
+// claim: the arrays its INSERT unnests.
+type newRows struct {
+	ids, courses, students, workflows, runs []string
+	requested                               []time.Time
+	seqs                                    []int64 // waitlist places; waitlisted rows only
+}
+
+func (r *newRows) add(c workflows.EnrollmentInput, in workflows.ReserveSeatsInput) {
+	r.ids = append(r.ids, c.EnrollmentID)
+	r.courses = append(r.courses, c.CourseID)
+	r.students = append(r.students, c.StudentID)
+	r.workflows = append(r.workflows, in.WorkflowID)
+	r.runs = append(r.runs, in.RunID)
+	r.requested = append(r.requested, c.RequestedAt)
+}
+
 // queueWaitlisted queues the statements that write the batch's waitlisted
 // enrollments with their places and count them on their courses.
-func queueWaitlisted(b *pgx.Batch, queues map[string]*queue,
-	ids, courses, students, wfs, runs []string, requested []time.Time, seqs []int64) {
-	if len(ids) == 0 {
+func queueWaitlisted(b *pgx.Batch, queues map[string]*queue, wl newRows) {
+	if len(wl.ids) == 0 {
 		return
 	}
 	b.Queue(`
@@ -261,7 +263,7 @@ func queueWaitlisted(b *pgx.Batch, queues map[string]*queue,
 		SELECT id, course_id, student_id, 'waitlisted', workflow_id, run_id, requested_at, clock_timestamp(), seq, clock_timestamp()
 		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::timestamptz[], $7::bigint[])
 		     AS r(id, course_id, student_id, workflow_id, run_id, requested_at, seq)`,
-		ids, courses, students, wfs, runs, requested, seqs)
+		wl.ids, wl.courses, wl.students, wl.workflows, wl.runs, wl.requested, wl.seqs)
 	var cs []string
 	var ns []int32
 	for id, q := range queues {
