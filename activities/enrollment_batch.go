@@ -20,8 +20,9 @@ type claimKey struct{ course, student string }
 
 // existingClaimsSQL finds the enrollments a batch's claims already have,
 // and whether each one's event is out: our own from an earlier attempt
-// ($1), or another active one of the same student in the course ($2, $3). Two index lookups joined by UNION: an OR
-// across them would make Postgres scan every enrollment for every batch.
+// ($1), or another active one of the same student in the course ($2, $3).
+// Two index lookups joined by UNION: an OR across them would make Postgres
+// scan every enrollment for every batch.
 // Each is one index probe per claim, driven by the claims: as a plain join
 // or "= ANY" the planner may instead scan or sort the table (a merge join
 // over every active enrollment took half a second per batch at 50,000
