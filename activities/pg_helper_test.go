@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/IBM/sarama"
-	"github.com/claimflow/claimflow/internal/store/pgtest"
+	"github.com/claimflow/claimflow/dev/pgtest"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.temporal.io/sdk/temporal"
 )

@@ -9,7 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/claimflow/claimflow/internal/store/pgtest"
+	"github.com/claimflow/claimflow/dev/pgtest"
 )
 
 // TestExistingClaimsProbe: a batch's look-up of existing enrollments probes

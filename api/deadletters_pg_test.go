@@ -17,7 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.temporal.io/sdk/client"
 
-	"github.com/claimflow/claimflow/internal/store/pgtest"
+	"github.com/claimflow/claimflow/dev/pgtest"
 	"github.com/claimflow/claimflow/workflows"
 )
 

@@ -16,7 +16,7 @@ import (
 	"time"
 	"unicode"
 
-	"github.com/claimflow/claimflow/internal/store/pgtest"
+	"github.com/claimflow/claimflow/dev/pgtest"
 )
 
 func FuzzTextOnPostgres(f *testing.F) {

@@ -3,7 +3,7 @@ package api
 import (
 	"testing"
 
-	"github.com/claimflow/claimflow/internal/store/pgtest"
+	"github.com/claimflow/claimflow/dev/pgtest"
 )
 
 // The tests that need the database (owner checks, the Postgres fuzz target)

@@ -16,7 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/claimflow/claimflow/internal/store/pgtest"
+	"github.com/claimflow/claimflow/dev/pgtest"
 )
 
 // pgTestAPI serves the API over db and the fake Temporal.

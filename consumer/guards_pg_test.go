@@ -24,9 +24,9 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/testsuite"
 
+	"github.com/claimflow/claimflow/dev/pgtest"
 	"github.com/claimflow/claimflow/internal/config"
 	"github.com/claimflow/claimflow/internal/kafka"
-	"github.com/claimflow/claimflow/internal/store/pgtest"
 	"github.com/claimflow/claimflow/workflows"
 )
 

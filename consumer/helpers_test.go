@@ -8,7 +8,7 @@ import (
 	"github.com/IBM/sarama"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/claimflow/claimflow/internal/store/pgtest"
+	"github.com/claimflow/claimflow/dev/pgtest"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }

@@ -28,8 +28,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"go.yaml.in/yaml/v4"
 
+	"github.com/claimflow/claimflow/dev/devstack"
 	"github.com/claimflow/claimflow/internal/config"
-	"github.com/claimflow/claimflow/internal/devstack"
 	"github.com/claimflow/claimflow/internal/store"
 )
 

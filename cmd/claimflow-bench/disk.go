@@ -7,7 +7,7 @@ import (
 	"io"
 	"time"
 
-	"github.com/claimflow/claimflow/internal/bench"
+	"github.com/claimflow/claimflow/bench"
 )
 
 // runDisk measures the disk's floor under a directory: no stack, no

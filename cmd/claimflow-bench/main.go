@@ -27,7 +27,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/claimflow/claimflow/internal/bench"
+	"github.com/claimflow/claimflow/bench"
 	"github.com/claimflow/claimflow/internal/config"
 	"github.com/claimflow/claimflow/internal/store"
 	"github.com/claimflow/claimflow/worker"

@@ -18,7 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/claimflow/claimflow/internal/bench"
+	"github.com/claimflow/claimflow/bench"
 )
 
 func TestHelpIsNotAFailure(t *testing.T) {

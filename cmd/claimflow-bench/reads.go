@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/claimflow/claimflow/internal/bench"
+	"github.com/claimflow/claimflow/bench"
 	"github.com/claimflow/claimflow/internal/store"
 )
 

@@ -9,9 +9,9 @@ import (
 	"log/slog"
 	"strings"
 
-	"github.com/claimflow/claimflow/internal/audit"
+	"github.com/claimflow/claimflow/cmd/internal/services"
+	"github.com/claimflow/claimflow/dev/audit"
 	appconfig "github.com/claimflow/claimflow/internal/config"
-	"github.com/claimflow/claimflow/internal/services"
 )
 
 // runAudit is `claimflow audit`: it exits non-zero when the delivery

@@ -9,10 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/claimflow/claimflow/cmd/internal/services"
 	"github.com/claimflow/claimflow/internal/kafka"
-	"github.com/claimflow/claimflow/internal/services"
 
-	"github.com/claimflow/claimflow/internal/audit"
+	"github.com/claimflow/claimflow/dev/audit"
 
 	"github.com/IBM/sarama"
 

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/claimflow/claimflow/internal/audit"
-	"github.com/claimflow/claimflow/internal/notifysim"
+	"github.com/claimflow/claimflow/dev/audit"
+	"github.com/claimflow/claimflow/dev/notifysim"
 	"github.com/claimflow/claimflow/workflows"
 )
 

@@ -26,8 +26,8 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 
 	"github.com/claimflow/claimflow/api"
-	"github.com/claimflow/claimflow/internal/bench"
-	"github.com/claimflow/claimflow/internal/services"
+	"github.com/claimflow/claimflow/bench"
+	"github.com/claimflow/claimflow/cmd/internal/services"
 	"github.com/claimflow/claimflow/internal/store"
 	"github.com/claimflow/claimflow/worker"
 )

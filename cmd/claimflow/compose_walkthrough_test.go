@@ -31,7 +31,7 @@ import (
 	"github.com/compose-spec/compose-go/v2/loader"
 	"github.com/compose-spec/compose-go/v2/types"
 
-	"github.com/claimflow/claimflow/internal/devstack"
+	"github.com/claimflow/claimflow/dev/devstack"
 	"github.com/claimflow/claimflow/internal/kafka"
 )
 

@@ -23,14 +23,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/claimflow/claimflow/cmd/internal/services"
 	"github.com/claimflow/claimflow/internal/kafka"
-	"github.com/claimflow/claimflow/internal/services"
 
-	"github.com/claimflow/claimflow/internal/audit"
+	"github.com/claimflow/claimflow/dev/audit"
 
 	"github.com/IBM/sarama"
 
-	"github.com/claimflow/claimflow/internal/notifysim"
+	"github.com/claimflow/claimflow/dev/notifysim"
 	"github.com/claimflow/claimflow/workflows"
 )
 

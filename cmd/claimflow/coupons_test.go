@@ -19,7 +19,7 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 
-	"github.com/claimflow/claimflow/internal/payoutsim"
+	"github.com/claimflow/claimflow/dev/payoutsim"
 	"github.com/claimflow/claimflow/workflows"
 )
 

@@ -1,8 +1,8 @@
 package main
 
 import (
+	"github.com/claimflow/claimflow/cmd/internal/services"
 	appconfig "github.com/claimflow/claimflow/internal/config"
-	"github.com/claimflow/claimflow/internal/services"
 
 	"context"
 	"flag"

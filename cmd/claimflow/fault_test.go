@@ -37,10 +37,10 @@ import (
 
 	"github.com/IBM/sarama"
 
-	"github.com/claimflow/claimflow/internal/audit"
-	"github.com/claimflow/claimflow/internal/devstack"
-	"github.com/claimflow/claimflow/internal/notifysim"
-	"github.com/claimflow/claimflow/internal/services"
+	"github.com/claimflow/claimflow/cmd/internal/services"
+	"github.com/claimflow/claimflow/dev/audit"
+	"github.com/claimflow/claimflow/dev/devstack"
+	"github.com/claimflow/claimflow/dev/notifysim"
 	"github.com/claimflow/claimflow/workflows"
 )
 

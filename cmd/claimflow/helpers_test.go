@@ -4,7 +4,7 @@ import (
 	"time"
 
 	"github.com/claimflow/claimflow/api"
-	"github.com/claimflow/claimflow/internal/services"
+	"github.com/claimflow/claimflow/cmd/internal/services"
 )
 
 // The integration tests drive the services package through these short

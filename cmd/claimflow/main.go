@@ -12,7 +12,7 @@
 //	claimflow notifysim the notification webhook simulator on its own
 //
 // Package main parses flags and calls packages: the services live in
-// internal/services, the configuration in internal/config.
+// cmd/internal/services, the configuration in internal/config.
 package main
 
 import (
@@ -27,9 +27,9 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/claimflow/claimflow/cmd/internal/services"
 	appconfig "github.com/claimflow/claimflow/internal/config"
 	"github.com/claimflow/claimflow/internal/memtrim"
-	"github.com/claimflow/claimflow/internal/services"
 )
 
 const usage = `usage: claimflow <command> [flags]

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/claimflow/claimflow/cmd/internal/services"
 	appconfig "github.com/claimflow/claimflow/internal/config"
-	"github.com/claimflow/claimflow/internal/services"
 )
 
 // TestOutsideEnvGivesTheStacksSettings: `claimflow api`, `worker` and

@@ -31,9 +31,9 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/claimflow/claimflow/activities"
+	"github.com/claimflow/claimflow/dev/notifysim"
+	"github.com/claimflow/claimflow/dev/payoutsim"
 	appconfig "github.com/claimflow/claimflow/internal/config"
-	"github.com/claimflow/claimflow/internal/notifysim"
-	"github.com/claimflow/claimflow/internal/payoutsim"
 	"github.com/claimflow/claimflow/worker"
 	"github.com/claimflow/claimflow/workflows"
 )

@@ -14,8 +14,8 @@ import (
 	temporallog "go.temporal.io/sdk/log"
 	sdkworker "go.temporal.io/sdk/worker"
 
+	"github.com/claimflow/claimflow/cmd/internal/services"
 	appconfig "github.com/claimflow/claimflow/internal/config"
-	"github.com/claimflow/claimflow/internal/services"
 	"github.com/claimflow/claimflow/worker"
 )
 

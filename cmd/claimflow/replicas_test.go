@@ -29,8 +29,8 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/workflowservice/v1"
 
-	"github.com/claimflow/claimflow/internal/devstack"
-	"github.com/claimflow/claimflow/internal/services"
+	"github.com/claimflow/claimflow/cmd/internal/services"
+	"github.com/claimflow/claimflow/dev/devstack"
 	"github.com/claimflow/claimflow/workflows"
 )
 

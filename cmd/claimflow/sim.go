@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 
-	"github.com/claimflow/claimflow/internal/services"
+	"github.com/claimflow/claimflow/cmd/internal/services"
 )
 
 // runSimulator is `claimflow payoutsim` and `claimflow notifysim`: the

@@ -33,8 +33,8 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/claimflow/claimflow/dev/devstack"
 	appconfig "github.com/claimflow/claimflow/internal/config"
-	"github.com/claimflow/claimflow/internal/devstack"
 	"github.com/claimflow/claimflow/workflows"
 )
 

@@ -91,7 +91,7 @@ var variables = []variable{
 	{"TEMPORAL_ADDRESS", "127.0.0.1:7233", "Temporal frontend host:port"},
 	{"TEMPORAL_NAMESPACE", "default", "Temporal namespace"},
 	{"TEMPORAL_UI_URL", "http://127.0.0.1:8233", "Temporal Web UI, linked from API answers"},
-	{"TEMPORAL_CLI", "", "temporal binary the dev stack runs (read by internal/devstack)"},
+	{"TEMPORAL_CLI", "", "temporal binary the dev stack runs (read by dev/devstack)"},
 	{"TEMPORAL_GRPC_COMPRESSION", TemporalCompressionGzip, "gzip or none: compression of the services' calls to Temporal (claimflow dev, on loopback, uses none)"},
 	{"KAFKA_BROKERS", "127.0.0.1:9092", "comma-separated Kafka bootstrap brokers"},
 	{"KAFKA_VERSION", "", "Kafka protocol version (empty: the client's default)"},
@@ -278,7 +278,7 @@ func load(lookup func(string) (string, bool)) (Config, error) {
 		LogFormat:           e.get("LOG_FORMAT"),
 		set:                 e.set,
 	}
-	_ = e.get("TEMPORAL_CLI") // read by internal/devstack; listed here so deployments may set it
+	_ = e.get("TEMPORAL_CLI") // read by dev/devstack; listed here so deployments may set it
 	if err := loadDatabase(e, &c); err != nil {
 		return c, err
 	}

@@ -12,8 +12,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/claimflow/claimflow/dev/pgtest"
 	"github.com/claimflow/claimflow/internal/store"
-	"github.com/claimflow/claimflow/internal/store/pgtest"
 )
 
 // TestMain (pgtest.Main) is in roles_pg_test.go.

@@ -13,8 +13,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/claimflow/claimflow/dev/pgtest"
 	"github.com/claimflow/claimflow/internal/store"
-	"github.com/claimflow/claimflow/internal/store/pgtest"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }

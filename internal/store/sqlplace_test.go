@@ -22,9 +22,8 @@ var sqlHomes = []string{"internal/store", "activities", "consumer"}
 
 // sqlExempt are the directories whose SQL serves no request: the dev
 // stack's provisioning of its private cluster, and the bench, whose outbox
-// peer keeps its own tables (it moves from cmd/claimflow/internal/bench to
-// internal/bench).
-var sqlExempt = []string{"internal/devstack", "cmd/claimflow/internal/bench", "internal/bench", "tools"}
+// peer keeps its own tables.
+var sqlExempt = []string{"dev/devstack", "bench", "tools"}
 
 // TestSQLLivesInTheStore fails when a non-test file outside the SQL homes
 // holds an SQL statement: a query the API or a command needs belongs in the

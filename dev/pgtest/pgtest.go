@@ -24,7 +24,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/claimflow/claimflow/internal/devstack"
+	"github.com/claimflow/claimflow/dev/devstack"
 	"github.com/claimflow/claimflow/internal/store"
 )
 

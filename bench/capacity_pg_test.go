@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/claimflow/claimflow/internal/store/pgtest"
+	"github.com/claimflow/claimflow/dev/pgtest"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }

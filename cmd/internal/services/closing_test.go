@@ -17,8 +17,8 @@ import (
 	sdkworker "go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
+	"github.com/claimflow/claimflow/dev/devstack"
 	"github.com/claimflow/claimflow/internal/config"
-	"github.com/claimflow/claimflow/internal/devstack"
 )
 
 // The server's refusal of an update whose run continues as new, as

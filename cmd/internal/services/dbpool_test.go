@@ -9,7 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/claimflow/claimflow/internal/store/pgtest"
+	"github.com/claimflow/claimflow/dev/pgtest"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }

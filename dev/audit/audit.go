@@ -25,8 +25,8 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
 
+	"github.com/claimflow/claimflow/dev/notifysim"
 	"github.com/claimflow/claimflow/internal/kafka"
-	"github.com/claimflow/claimflow/internal/notifysim"
 	"github.com/claimflow/claimflow/internal/store"
 	"github.com/claimflow/claimflow/workflows"
 )

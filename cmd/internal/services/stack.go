@@ -15,11 +15,11 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.temporal.io/sdk/client"
 
+	"github.com/claimflow/claimflow/dev/devstack"
+	"github.com/claimflow/claimflow/dev/notifysim"
+	"github.com/claimflow/claimflow/dev/payoutsim"
 	"github.com/claimflow/claimflow/internal/config"
-	"github.com/claimflow/claimflow/internal/devstack"
 	"github.com/claimflow/claimflow/internal/kafka"
-	"github.com/claimflow/claimflow/internal/notifysim"
-	"github.com/claimflow/claimflow/internal/payoutsim"
 	"github.com/claimflow/claimflow/workflows"
 )
 

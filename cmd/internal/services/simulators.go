@@ -6,8 +6,8 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/claimflow/claimflow/internal/notifysim"
-	"github.com/claimflow/claimflow/internal/payoutsim"
+	"github.com/claimflow/claimflow/dev/notifysim"
+	"github.com/claimflow/claimflow/dev/payoutsim"
 )
 
 // Simulators are the simulators `claimflow dev` runs, by the subcommand

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/claimflow/claimflow/internal/notifysim"
+	"github.com/claimflow/claimflow/dev/notifysim"
 	"github.com/claimflow/claimflow/workflows"
 )
 
