@@ -58,7 +58,7 @@ var sqlAllowed = map[string]string{
 	"api/api.go:QueryRow": "requestDB forwards the store's constant SQL",
 }
 
-var sqlRoots = []string{".", "../api", "../cmd", "../consumer", "../internal"}
+var sqlRoots = []string{".", "../api", "../bench", "../cmd", "../consumer", "../dev", "../internal", "../worker", "../workflows"}
 
 type sqlFinding struct {
 	pos      token.Position
