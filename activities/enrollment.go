@@ -18,7 +18,6 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/claimflow/claimflow/internal/store"
 	"github.com/claimflow/claimflow/workflows"
 )
 
@@ -57,85 +56,6 @@ func pgCode(err error) string {
 		return pgErr.Code
 	}
 	return ""
-}
-
-// ReserveSeat takes one seat and records the enrollment in one transaction.
-// The conditional UPDATE cannot oversell; the partial unique index cannot
-// enroll a student twice; the enrollment ID makes a retry a no-op.
-func (a *Activities) ReserveSeat(ctx context.Context, in workflows.ReserveSeatInput) (workflows.ReserveSeatResult, error) {
-	var res workflows.ReserveSeatResult
-	err := pgx.BeginFunc(ctx, a.DB, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, `
-			INSERT INTO enrollments (id, course_id, student_id, status, workflow_id, run_id, requested_at, recorded_at)
-			VALUES ($1, $2, $3, 'reserved', $4, $5, $6, clock_timestamp())
-			ON CONFLICT DO NOTHING`,
-			in.EnrollmentID, in.CourseID, in.StudentID, in.WorkflowID, in.RunID, in.RequestedAt)
-		if pgCode(err) == pgForeignKeyViolation {
-			return workflows.Refuse(workflows.RefusalCourseNotFound, "course %q does not exist", in.CourseID)
-		}
-		if err != nil {
-			return fmt.Errorf("insert enrollment %s: %w", in.EnrollmentID, err)
-		}
-		if tag.RowsAffected() == 0 {
-			return a.explainConflict(ctx, tx, in, &res)
-		}
-		// A free seat goes to a new claim only while nobody waits for one;
-		// otherwise it is the waitlist's (a promotion is on its way).
-		tag, err = tx.Exec(ctx, `UPDATE courses SET enrolled = enrolled + 1 WHERE id = $1 AND enrolled < capacity AND waitlisted = 0`, in.CourseID)
-		if err != nil {
-			return fmt.Errorf("take a seat in %s: %w", in.CourseID, err)
-		}
-		if tag.RowsAffected() == 0 {
-			if !in.Waitlist {
-				return workflows.Refuse(workflows.RefusalCourseFull, "course %q has no seat left", in.CourseID)
-			}
-			pos, err := a.joinWaitlist(ctx, tx, in.CourseID, []string{in.EnrollmentID})
-			if err != nil {
-				return err
-			}
-			if pos[0] == 0 {
-				return workflows.Refuse(workflows.RefusalWaitlistFull, "course %q is full and so is its waitlist", in.CourseID)
-			}
-			res.Position = pos[0]
-		}
-		return tx.QueryRow(ctx, `SELECT recorded_at FROM enrollments WHERE id = $1`, in.EnrollmentID).Scan(&res.RecordedAt)
-	})
-	return res, err
-}
-
-// explainConflict tells a retried reservation (our own row is there) from a
-// second enrollment of the same student (someone else's row is).
-func (a *Activities) explainConflict(ctx context.Context, tx pgx.Tx, in workflows.ReserveSeatInput, res *workflows.ReserveSeatResult) error {
-	var status string
-	err := tx.QueryRow(ctx, `SELECT status, recorded_at FROM enrollments WHERE id = $1`, in.EnrollmentID).Scan(&status, &res.RecordedAt)
-	if err == nil {
-		if status == string(workflows.StatusFailed) || status == string(workflows.StatusCancelled) {
-			return workflows.Refuse(workflows.RefusalEnrollmentInactive, "enrollment %s is already %s", in.EnrollmentID, status)
-		}
-		if status == string(workflows.StatusWaitlisted) {
-			res.Position, err = store.WaitlistPosition(ctx, tx, in.EnrollmentID)
-			return err
-		}
-		return nil
-	}
-	if !errors.Is(err, pgx.ErrNoRows) {
-		return fmt.Errorf("look up enrollment %s: %w", in.EnrollmentID, err)
-	}
-	var holder string
-	err = tx.QueryRow(ctx, `
-		SELECT id FROM enrollments
-		WHERE course_id = $1 AND student_id = $2 AND status IN ('reserved', 'confirmed', 'dead_lettered', 'waitlisted')`,
-		in.CourseID, in.StudentID).Scan(&holder)
-	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-		return fmt.Errorf("look up enrollment of %s in %s: %w", in.StudentID, in.CourseID, err)
-	}
-	if holder == "" {
-		// The holder was cancelled between our insert and this read: a
-		// retry will find the seat free.
-		return fmt.Errorf("enrollment of %s in %s changed concurrently; retrying", in.StudentID, in.CourseID)
-	}
-	return workflows.RefusalWithHolder(workflows.RefusalAlreadyEnrolled, holder,
-		"student %q is already enrolled in %q", in.StudentID, in.CourseID)
 }
 
 // Publish sends one event and returns only once every in-sync replica has it.

@@ -205,11 +205,11 @@ func (a *Activities) reserveSeats(ctx context.Context, conn *pgxpool.Conn, in wo
 	queueWaitlisted(write, queues, wl)
 	if len(ins.ids) > 0 {
 		write.Queue(`
-			INSERT INTO enrollments (id, course_id, student_id, status, workflow_id, run_id, requested_at, recorded_at)
-			SELECT id, course_id, student_id, 'reserved', workflow_id, run_id, requested_at, clock_timestamp()
-			FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::timestamptz[])
-			     AS r(id, course_id, student_id, workflow_id, run_id, requested_at)`,
-			ins.ids, ins.courses, ins.students, ins.workflows, ins.runs, ins.requested)
+			INSERT INTO enrollments (id, course_id, student_id, status, workflow_id, run_id, requested_at, recorded_at, batch_id, occurred_at)
+			SELECT id, course_id, student_id, 'reserved', workflow_id, run_id, requested_at, clock_timestamp(), batch_id, occurred_at
+			FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::timestamptz[], $7::text[], $8::timestamptz[])
+			     AS r(id, course_id, student_id, workflow_id, run_id, requested_at, batch_id, occurred_at)`,
+			ins.ids, ins.courses, ins.students, ins.workflows, ins.runs, ins.requested, ins.batches, ins.occurred)
 		var takenCourses []string
 		var takenCounts []int32
 		for course, n := range taken {
@@ -239,9 +239,9 @@ type queue struct {
 // newRows are the columns of the enrollments a batch writes, one entry per
 // claim: the arrays its INSERT unnests.
 type newRows struct {
-	ids, courses, students, workflows, runs []string
-	requested                               []time.Time
-	seqs                                    []int64 // waitlist places; waitlisted rows only
+	ids, courses, students, workflows, runs, batches []string
+	requested, occurred                              []time.Time
+	seqs                                             []int64 // waitlist places; waitlisted rows only
 }
 
 func (r *newRows) add(c workflows.EnrollmentInput, in workflows.ReserveSeatsInput) {
@@ -251,6 +251,8 @@ func (r *newRows) add(c workflows.EnrollmentInput, in workflows.ReserveSeatsInpu
 	r.workflows = append(r.workflows, in.WorkflowID)
 	r.runs = append(r.runs, in.RunID)
 	r.requested = append(r.requested, c.RequestedAt)
+	r.batches = append(r.batches, c.BatchID)
+	r.occurred = append(r.occurred, c.OccurredAt)
 }
 
 // queueWaitlisted queues the statements that write the batch's waitlisted
@@ -260,11 +262,11 @@ func queueWaitlisted(b *pgx.Batch, queues map[string]*queue, wl newRows) {
 		return
 	}
 	b.Queue(`
-		INSERT INTO enrollments (id, course_id, student_id, status, workflow_id, run_id, requested_at, recorded_at, waitlist_seq, waitlisted_at)
-		SELECT id, course_id, student_id, 'waitlisted', workflow_id, run_id, requested_at, clock_timestamp(), seq, clock_timestamp()
-		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::timestamptz[], $7::bigint[])
-		     AS r(id, course_id, student_id, workflow_id, run_id, requested_at, seq)`,
-		wl.ids, wl.courses, wl.students, wl.workflows, wl.runs, wl.requested, wl.seqs)
+		INSERT INTO enrollments (id, course_id, student_id, status, workflow_id, run_id, requested_at, recorded_at, batch_id, waitlist_seq, waitlisted_at)
+		SELECT id, course_id, student_id, 'waitlisted', workflow_id, run_id, requested_at, clock_timestamp(), batch_id, seq, clock_timestamp()
+		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::timestamptz[], $7::text[], $8::bigint[])
+		     AS r(id, course_id, student_id, workflow_id, run_id, requested_at, batch_id, seq)`,
+		wl.ids, wl.courses, wl.students, wl.workflows, wl.runs, wl.requested, wl.batches, wl.seqs)
 	var cs []string
 	var ns []int32
 	for id, q := range queues {

@@ -22,7 +22,7 @@ func TestRecordDeadLetterOnePerEvent(t *testing.T) {
 	course := p + "c"
 	addCourse(t, db, course, 2)
 	in := seatInput(p, "e1", course, "s1")
-	if _, err := a.ReserveSeat(ctx, in); err != nil {
+	if _, err := reserveSeat(ctx, a, in); err != nil {
 		t.Fatal(err)
 	}
 	eventID := workflows.EventID(in.EnrollmentID, workflows.EventEnrollmentConfirmed)

@@ -25,7 +25,7 @@ func TestSchemaRefusesWhatTheGuardsForbid(t *testing.T) {
 	course, typeID, vendor := p+"c", p+"type", p+"vendor"
 	addCourse(t, db, course, 2)
 	addCouponType(t, db, vendor, typeID, 2, 100)
-	if _, err := a.ReserveSeat(ctx, seatInput(p, "e1", course, "s1")); err != nil {
+	if _, err := reserveSeat(ctx, a, seatInput(p, "e1", course, "s1")); err != nil {
 		t.Fatal(err)
 	}
 	coupon := p + "k1"

@@ -4,12 +4,15 @@ package activities
 // PostgreSQL cluster.
 
 import (
+	"context"
 	"errors"
 	"log/slog"
 	"testing"
+	"time"
 
 	"github.com/IBM/sarama"
 	"github.com/claimflow/claimflow/dev/pgtest"
+	"github.com/claimflow/claimflow/workflows"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.temporal.io/sdk/temporal"
 )
@@ -47,4 +50,41 @@ func refusalOf(err error) string {
 		return appErr.Type()
 	}
 	return ""
+}
+
+// seatClaim is one claim for reserveSeat.
+type seatClaim struct {
+	EnrollmentID, CourseID, StudentID, WorkflowID, RunID string
+	RequestedAt                                          time.Time
+	Waitlist                                             bool
+}
+
+// seatResult is what reserveSeat answers of a claim that was not refused.
+type seatResult struct {
+	Position int // on the waitlist; 0 when it holds a seat
+}
+
+// reserveSeat decides one claim through ReserveSeats, as a desk decides a
+// batch of one, and answers its refusal as the error an activity refusal
+// is (naming the holder of an already_enrolled claim).
+func reserveSeat(ctx context.Context, a *Activities, in seatClaim) (seatResult, error) {
+	res, err := a.ReserveSeats(ctx, workflows.ReserveSeatsInput{
+		Claims: []workflows.EnrollmentInput{{EnrollmentID: in.EnrollmentID, CourseID: in.CourseID, StudentID: in.StudentID,
+			RequestedAt: in.RequestedAt, Waitlist: in.Waitlist, BatchID: "batch-" + in.EnrollmentID, OccurredAt: in.RequestedAt}},
+		WorkflowID: in.WorkflowID, RunID: in.RunID,
+	})
+	if err != nil {
+		return seatResult{}, err
+	}
+	d := res.Decisions[0]
+	switch d.Status {
+	case workflows.StatusRefused:
+		if d.Refusal == workflows.RefusalAlreadyEnrolled {
+			return seatResult{}, workflows.RefusalWithHolder(d.Refusal, d.EnrollmentID, "%s", d.Message)
+		}
+		return seatResult{}, workflows.Refuse(d.Refusal, "%s", d.Message)
+	case workflows.StatusWaitlisted:
+		return seatResult{Position: d.Position}, nil
+	}
+	return seatResult{}, nil
 }

@@ -55,7 +55,7 @@ func TestSettledEnrollmentsAreAnnounced(t *testing.T) {
 	addCourse(t, db, course, 20)
 	reserve := func(name string) string {
 		in := seatInput(p, fmt.Sprintf("%s-%s", course, name), course, name)
-		if _, err := a.ReserveSeat(ctx, in); err != nil {
+		if _, err := reserveSeat(ctx, a, in); err != nil {
 			t.Fatal(err)
 		}
 		return in.EnrollmentID

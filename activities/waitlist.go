@@ -19,43 +19,6 @@ func (a *Activities) waitlistLimit(capacity int) int {
 	return capacity * a.WaitlistPerSeat
 }
 
-// joinWaitlist puts the enrollments (rows already inserted, in arrival
-// order) at the tail of their course's queue and returns each one's
-// position, 0 for one the full waitlist refused.
-func (a *Activities) joinWaitlist(ctx context.Context, tx pgx.Tx, courseID string, ids []string) ([]int, error) {
-	var capacity, waitlisted int
-	var tail int64
-	if err := tx.QueryRow(ctx, `SELECT capacity, waitlisted, waitlist_tail FROM courses WHERE id = $1 FOR UPDATE`, courseID).
-		Scan(&capacity, &waitlisted, &tail); err != nil {
-		return nil, fmt.Errorf("lock course %s for its waitlist: %w", courseID, err)
-	}
-	room := a.waitlistLimit(capacity) - waitlisted
-	positions := make([]int, len(ids))
-	var joined []string
-	var seqs []int64
-	for i, id := range ids {
-		if len(joined) >= room {
-			break
-		}
-		joined = append(joined, id)
-		seqs = append(seqs, tail+int64(len(joined)))
-		positions[i] = waitlisted + len(joined)
-	}
-	if len(joined) == 0 {
-		return positions, nil
-	}
-	if _, err := tx.Exec(ctx, `
-		UPDATE enrollments e SET status = 'waitlisted', waitlist_seq = j.seq, waitlisted_at = clock_timestamp(), updated_at = now()
-		FROM unnest($1::text[], $2::bigint[]) AS j(id, seq) WHERE e.id = j.id`, joined, seqs); err != nil {
-		return nil, fmt.Errorf("put %d enrollments on the waitlist of %s: %w", len(joined), courseID, err)
-	}
-	if _, err := tx.Exec(ctx, `UPDATE courses SET waitlisted = waitlisted + $2, waitlist_tail = waitlist_tail + $2 WHERE id = $1`,
-		courseID, len(joined)); err != nil {
-		return nil, fmt.Errorf("count the waitlist of %s: %w", courseID, err)
-	}
-	return positions, nil
-}
-
 // PromoteWaitlist moves the head of a course's waitlist into every free
 // seat, in queue order, in one transaction: each promoted enrollment is
 // reserved as a claimed seat is, stamped promoted_at and promoted_by. The

@@ -47,36 +47,36 @@ func TestWaitlistSingleClaims(t *testing.T) {
 	ctx := context.Background()
 	course := p + "c"
 	addCourse(t, db, course, 2)
-	wl := func(e string) workflows.ReserveSeatInput {
+	wl := func(e string) seatClaim {
 		in := seatInput(p, e, course, e)
 		in.Waitlist = true
 		return in
 	}
 	for _, e := range []string{"s1", "s2"} {
-		if res, err := a.ReserveSeat(ctx, wl(e)); err != nil || res.Position != 0 {
+		if res, err := reserveSeat(ctx, a, wl(e)); err != nil || res.Position != 0 {
 			t.Fatalf("%s on a free seat: %+v %v", e, res, err)
 		}
 	}
 	// Full: without the flag course_full, with it a place; the fifth place
 	// is beyond 2 × capacity.
-	if _, err := a.ReserveSeat(ctx, seatInput(p, "plain", course, "plain")); refusalOf(err) != string(workflows.RefusalCourseFull) {
+	if _, err := reserveSeat(ctx, a, seatInput(p, "plain", course, "plain")); refusalOf(err) != string(workflows.RefusalCourseFull) {
 		t.Errorf("a plain claim on a full course: %v", err)
 	}
 	for i, e := range []string{"w1", "w2", "w3", "w4"} {
-		res, err := a.ReserveSeat(ctx, wl(e))
+		res, err := reserveSeat(ctx, a, wl(e))
 		if err != nil || res.Position != i+1 {
 			t.Fatalf("%s: %+v %v, want position %d", e, res, err, i+1)
 		}
 		// A retry answers the same place.
-		if again, err := a.ReserveSeat(ctx, wl(e)); err != nil || again.Position != i+1 {
+		if again, err := reserveSeat(ctx, a, wl(e)); err != nil || again.Position != i+1 {
 			t.Fatalf("%s retried: %+v %v", e, again, err)
 		}
 	}
-	if _, err := a.ReserveSeat(ctx, wl("w5")); refusalOf(err) != string(workflows.RefusalWaitlistFull) {
+	if _, err := reserveSeat(ctx, a, wl("w5")); refusalOf(err) != string(workflows.RefusalWaitlistFull) {
 		t.Errorf("the fifth place: %v, want waitlist_full", err)
 	}
 	// A student on the waitlist is already claimed for the course.
-	if _, err := a.ReserveSeat(ctx, seatInput(p, "w1-again", course, "w1")); refusalOf(err) != string(workflows.RefusalAlreadyEnrolled) {
+	if _, err := reserveSeat(ctx, a, seatInput(p, "w1-again", course, "w1")); refusalOf(err) != string(workflows.RefusalAlreadyEnrolled) {
 		t.Errorf("w1 enrolling again: %v", err)
 	}
 
@@ -93,7 +93,7 @@ func TestWaitlistSingleClaims(t *testing.T) {
 		t.Fatalf("s1 cancels: %+v %v", freed, err)
 	}
 	// While the seat waits for its promotion, a new claim cannot take it.
-	if _, err := a.ReserveSeat(ctx, seatInput(p, "jumper", course, "jumper")); refusalOf(err) != string(workflows.RefusalCourseFull) {
+	if _, err := reserveSeat(ctx, a, seatInput(p, "jumper", course, "jumper")); refusalOf(err) != string(workflows.RefusalCourseFull) {
 		t.Errorf("a claim jumping the queue: %v", err)
 	}
 	by := p + "s1:cancelled"
@@ -216,7 +216,7 @@ func TestAuditWaitlistSeesEachFault(t *testing.T) {
 	for _, e := range []string{"s1", "w1", "w2"} {
 		in := seatInput(p, e, course, e)
 		in.Waitlist = true
-		if _, err := a.ReserveSeat(ctx, in); err != nil {
+		if _, err := reserveSeat(ctx, a, in); err != nil {
 			t.Fatal(err)
 		}
 	}

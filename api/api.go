@@ -48,8 +48,8 @@ type Config struct {
 	Checks map[string]Check
 	// SeparateInternal serves /metrics only on Handler.Internal (the
 	// service runs it on INTERNAL_HTTP_ADDR); otherwise the public handler
-	// serves it too, as before. Handler.Internal is the only /readyz that
-	// shows why a check failed.
+	// serves it too. Handler.Internal is the only /readyz that shows why a
+	// check failed.
 	SeparateInternal bool
 	// DecisionTimeout is the least a request waits for its claim to be
 	// decided; it waits longer when the workflow's own options let the
@@ -65,9 +65,9 @@ type Config struct {
 	// (default 5 s); a route that waits for a claim's decision gets that
 	// wait on top (routeBound), so no documented wait is ever cut short.
 	RequestTimeout time.Duration
-	// Batching, when set, decides enrollment claims in group-commit batch
-	// runs; nil runs one Enrollment workflow per request.
-	Batching *BatchOptions
+	// Batching tunes how enrollment claims are collected into batches and
+	// sent to the desks; zero fields take internal/config's defaults.
+	Batching BatchOptions
 	// Metrics receives the API's metrics and Gatherer serves /metrics;
 	// nil means a private registry.
 	Metrics  prometheus.Registerer
@@ -78,12 +78,13 @@ type Config struct {
 }
 
 type server struct {
-	Config
-	// DB shadows Config.DB: the handlers' queries go through requestDB.
-	DB      requestDB
-	metrics *metrics
-	batcher *claimBatcher
-	settled *settledHub // ?wait=confirmed waiters
+	cfg      Config
+	db       requestDB // the handlers' queries, bounded by the request
+	temporal Temporal
+	log      *slog.Logger
+	metrics  *metrics
+	batcher  *claimBatcher
+	settled  *settledHub // ?wait=confirmed waiters
 }
 
 // Handler is the API; Close stops its claim batcher after the HTTP server
@@ -121,17 +122,14 @@ func New(cfg Config) *Handler {
 		reg := prometheus.NewRegistry()
 		cfg.Metrics, cfg.Gatherer = reg, reg
 	}
-	s := &server{Config: cfg, DB: requestDB{pool: cfg.DB}}
+	s := &server{cfg: cfg, db: requestDB{pool: cfg.DB}, temporal: cfg.Temporal, log: cfg.Log}
 	s.metrics = newMetrics(s)
 	s.settled = newSettledHub(cfg.DB, cfg.Security.MaxConfirmWaiters, func(err error) {
 		cfg.Log.Warn("enrollment_settled listener lost; reconnecting", "err", err)
 	}, cfg.Metrics)
-	closeFn := s.settled.close
-	if cfg.Batching != nil {
-		s.batcher = newClaimBatcher(cfg.Temporal, cfg.Log.With("component", "batcher"), s.metrics, *cfg.Batching,
-			s.decisionWait(workflows.ClaimEnrollmentBatch))
-		closeFn = func() { s.batcher.close(); s.settled.close() }
-	}
+	s.batcher = newClaimBatcher(cfg.Temporal, cfg.Log.With("component", "batcher"), s.metrics, cfg.Batching,
+		s.decisionWait(workflows.ClaimEnrollment))
+	closeFn := func() { s.batcher.close(); s.settled.close() }
 	gin.SetMode(gin.ReleaseMode)
 	r := gin.New()
 	// The gin context is what handlers pass to Postgres and Temporal; with
@@ -202,7 +200,7 @@ func (s *server) accessLog(c *gin.Context) {
 	start := time.Now()
 	c.Next()
 	if c.Writer.Status() >= 500 {
-		s.Log.Error("request failed", "method", c.Request.Method, "path", c.FullPath(),
+		s.log.Error("request failed", "method", c.Request.Method, "path", c.FullPath(),
 			"status", c.Writer.Status(), "took", time.Since(start), "errors", c.Errors.String())
 	}
 }
@@ -250,17 +248,16 @@ func (s *server) bound(c *gin.Context) {
 func (s *server) routeBound(method, route string) time.Duration {
 	switch method + " " + route {
 	case "POST /v1/courses/:id/enrollments":
-		wait := max(s.decisionWait(workflows.ClaimEnrollmentBatch), s.decisionWait(workflows.ClaimEnrollment))
-		return s.RequestTimeout + wait + s.ConfirmTimeout
+		return s.cfg.RequestTimeout + s.decisionWait(workflows.ClaimEnrollment) + s.cfg.ConfirmTimeout
 	case "POST /v1/coupon-types/:id/coupons":
-		return s.RequestTimeout + s.decisionWait(workflows.ClaimIssueCoupon)
+		return s.cfg.RequestTimeout + s.decisionWait(workflows.ClaimIssueCoupon)
 	case "POST /v1/coupons/:id/use":
-		return s.RequestTimeout + s.decisionWait(workflows.ClaimUseCoupon)
+		return s.cfg.RequestTimeout + s.decisionWait(workflows.ClaimUseCoupon)
 	}
 	if strings.HasPrefix(route, "/v1/") && policyOf(method, route).claim {
-		return s.RequestTimeout + s.DecisionTimeout
+		return s.cfg.RequestTimeout + s.cfg.DecisionTimeout
 	}
-	return s.RequestTimeout
+	return s.cfg.RequestTimeout
 }
 
 // LongestRequest is the longest bound of any route: the HTTP server's
@@ -367,11 +364,11 @@ func validID(c *gin.Context, field, value string) bool {
 
 // runURL links to a run in the Temporal Web UI.
 func (s *server) runURL(workflowID, runID string) string {
-	if s.UIURL == "" {
+	if s.cfg.UIURL == "" {
 		return ""
 	}
-	return fmt.Sprintf("%s/namespaces/%s/workflows/%s/%s/history", strings.TrimRight(s.UIURL, "/"),
-		url.PathEscape(s.Namespace), url.PathEscape(workflowID), url.PathEscape(runID))
+	return fmt.Sprintf("%s/namespaces/%s/workflows/%s/%s/history", strings.TrimRight(s.cfg.UIURL, "/"),
+		url.PathEscape(s.cfg.Namespace), url.PathEscape(workflowID), url.PathEscape(runID))
 }
 
 // loadByID answers the common part of a GET of one resource: a valid ID,

@@ -172,7 +172,7 @@ const maxTokenBytes = 8 << 10
 // authenticate puts the request's Principal on the context or answers 401
 // (503 when the keys cannot be fetched).
 func (s *server) authenticate(c *gin.Context) {
-	if s.Security.InsecureNoAuth {
+	if s.cfg.Security.InsecureNoAuth {
 		c.Set(principalKey, Principal{Subject: "anonymous", Role: RoleAdmin})
 		return
 	}
@@ -182,12 +182,12 @@ func (s *server) authenticate(c *gin.Context) {
 		writeError(c, http.StatusUnauthorized, "unauthenticated", "send Authorization: Bearer <JWT>", "")
 		return
 	}
-	if s.Security.Auth == nil {
+	if s.cfg.Security.Auth == nil {
 		c.Header("WWW-Authenticate", `Bearer realm="claimflow", error="invalid_token"`)
 		writeError(c, http.StatusUnauthorized, "unauthenticated", "the server has no token verifier configured", "")
 		return
 	}
-	p, err := s.Security.Auth.Authenticate(c.Request.Context(), raw)
+	p, err := s.cfg.Security.Auth.Authenticate(c.Request.Context(), raw)
 	if errors.Is(err, ErrKeysUnavailable) {
 		s.unavailable(c, err)
 		return

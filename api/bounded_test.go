@@ -79,13 +79,13 @@ func TestRouteBoundsCoverTheirWaits(t *testing.T) {
 	h := New(Config{Temporal: &fakeTemporal{}, Log: slog.New(slog.DiscardHandler), Metrics: reg, Gatherer: reg,
 		DecisionTimeout: 15 * time.Second, ConfirmTimeout: 10 * time.Second, PayoutTimeout: 5 * time.Second, RequestTimeout: 2 * time.Second})
 	t.Cleanup(h.Close)
-	s := &server{Config: Config{DecisionTimeout: 15 * time.Second, ConfirmTimeout: 10 * time.Second,
+	s := &server{cfg: Config{DecisionTimeout: 15 * time.Second, ConfirmTimeout: 10 * time.Second,
 		PayoutTimeout: 5 * time.Second, RequestTimeout: 2 * time.Second}}
 	useWait := s.decisionWait(workflows.ClaimUseCoupon)
-	if useWait <= s.DecisionTimeout {
+	if useWait <= s.cfg.DecisionTimeout {
 		t.Fatalf("a coupon use waits %s, not longer than DecisionTimeout: the test below would not tell the routes apart", useWait)
 	}
-	enrollWait := max(s.decisionWait(workflows.ClaimEnrollmentBatch), s.decisionWait(workflows.ClaimEnrollment))
+	enrollWait := s.decisionWait(workflows.ClaimEnrollment)
 	issueWait := s.decisionWait(workflows.ClaimIssueCoupon)
 	for _, tc := range []struct {
 		method, route string

@@ -66,7 +66,7 @@ func (s *server) createVendor(c *gin.Context) {
 	if !validID(c, "id", req.ID) || !validName(c, req.Name) {
 		return
 	}
-	created, err := store.InsertVendor(c, s.DB, req.ID, strings.TrimSpace(*req.Name))
+	created, err := store.InsertVendor(c, s.db, req.ID, strings.TrimSpace(*req.Name))
 	if err != nil {
 		s.internalError(c, err)
 		return
@@ -95,7 +95,7 @@ func (s *server) getVendor(c *gin.Context) {
 
 // loadVendor returns the vendor with its balance and its latest 100 payouts.
 func (s *server) loadVendor(ctx context.Context, id string) (vendor, error) {
-	return store.LoadVendor(ctx, s.DB, id)
+	return store.LoadVendor(ctx, s.db, id)
 }
 
 // ---- coupon types ----
@@ -135,7 +135,7 @@ func (s *server) createCouponType(c *gin.Context) {
 		writeError(c, http.StatusBadRequest, "invalid_field", "payout_cents must be between 1 and 1000000000", "payout_cents")
 		return
 	}
-	created, err := store.InsertCouponType(c, s.DB, store.CouponType{ID: req.ID, VendorID: req.VendorID,
+	created, err := store.InsertCouponType(c, s.db, store.CouponType{ID: req.ID, VendorID: req.VendorID,
 		Name: strings.TrimSpace(*req.Name), Stock: *req.Stock, PayoutCents: *req.PayoutCents})
 	if errors.Is(err, store.ErrVendorNotFound) {
 		writeError(c, http.StatusNotFound, "vendor_not_found", "no vendor with this id", "vendor_id")
@@ -166,7 +166,7 @@ func (s *server) getCouponType(c *gin.Context) {
 }
 
 func (s *server) loadCouponType(ctx context.Context, id string) (couponType, error) {
-	return store.LoadCouponType(ctx, s.DB, id)
+	return store.LoadCouponType(ctx, s.db, id)
 }
 
 // ---- coupons ----
@@ -198,7 +198,7 @@ func (s *server) issueCoupon(c *gin.Context) {
 	in := workflows.IssueCouponInput{CouponID: couponID.String(), TypeID: typeID, UserID: req.UserID, RequestedAt: requestedAt,
 		StarterUpdateID: couponID.String(), AnswerWait: s.decisionWait(workflows.ClaimIssueCoupon)}
 	workflowID := workflows.IssueCouponWorkflowID(typeID, req.UserID)
-	start := s.Temporal.NewWithStartWorkflowOperation(client.StartWorkflowOptions{
+	start := s.temporal.NewWithStartWorkflowOperation(client.StartWorkflowOptions{
 		ID:        workflowID,
 		TaskQueue: workflows.TaskQueue,
 		// A concurrent second claim of the same user joins the running run
@@ -308,7 +308,7 @@ func (s *server) useCoupon(c *gin.Context) {
 	}
 	ureq := workflows.UseRequest{UseID: useID.String(), UserID: req.UserID, OrderID: req.OrderID, RequestedAt: requestedAt}
 	workflowID := workflows.UseCouponWorkflowID(couponID)
-	start := s.Temporal.NewWithStartWorkflowOperation(client.StartWorkflowOptions{
+	start := s.temporal.NewWithStartWorkflowOperation(client.StartWorkflowOptions{
 		ID:        workflowID,
 		TaskQueue: workflows.TaskQueue,
 		// Every request to use this coupon meets in the running run; once it
@@ -322,7 +322,7 @@ func (s *server) useCoupon(c *gin.Context) {
 			workflows.SearchClaimStatus.ValueSet(string(workflows.CouponPending)),
 		),
 	}, workflows.UseCoupon, workflows.UseCouponInput{CouponID: couponID, Request: ureq,
-		PayoutTimeout: s.PayoutTimeout, AnswerWait: s.decisionWait(workflows.ClaimUseCoupon)})
+		PayoutTimeout: s.cfg.PayoutTimeout, AnswerWait: s.decisionWait(workflows.ClaimUseCoupon)})
 
 	// A use decides only after its payout policy has run its course, so it
 	// waits as long as the workflow's own options allow (decisionWait). The
@@ -390,90 +390,13 @@ func couponStatusOf(r workflows.Refusal) int {
 	return http.StatusConflict
 }
 
-// errUndecided: the claim is under way but its run did not decide within
-// the wait; it finishes on its own.
-var errUndecided = errors.New("no decision within the wait")
-
-// decisionWait is how long a request waits for the decision of a claim of
-// kind: as long as the run's own activity timeouts and retry policies let
-// its decision take (workflows.DecisionDeadline, the function the
-// workflows' tests hold to their options), and never less than
-// DecisionTimeout.
-func (s *server) decisionWait(kind workflows.ClaimKind) time.Duration {
-	d, err := workflows.DecisionDeadline(kind, s.PayoutTimeout)
-	if err != nil { // a kind named in code, so a bug: wait the configured time
-		s.Log.Error("no decision deadline", "kind", kind, "error", err)
-		return s.DecisionTimeout
-	}
-	return max(s.DecisionTimeout, d)
-}
-
 // decideCoupon starts (or joins) a coupon run and waits, up to decisionWait
 // of kind, for its decision update; args are the update's arguments
 // (decideClaim).
 func (s *server) decideCoupon(c *gin.Context, start client.WithStartWorkflowOperation, workflowID, updateID string,
 	kind workflows.ClaimKind, startIsClaim bool, args ...any) (workflows.CouponDecision, string, error) {
-	return decideClaim[workflows.CouponDecision](c.Request.Context(), s.Temporal, start, workflowID, updateID,
+	return decideClaim[workflows.CouponDecision](c.Request.Context(), s.temporal, start, workflowID, updateID,
 		s.decisionWait(kind), startIsClaim, args...)
-}
-
-// decideClaim starts (or joins) a claim's run and waits, up to wait, for
-// its decision update; args are the update's arguments, and updateID the
-// update's ID when the run's input names it as its starter's (the SDK
-// chooses one when it is ""). It returns
-// errUndecided (with the run ID when known) when the claim is under way but
-// its decision did not come: the run accepted the update, or, when
-// startIsClaim (the run's input is the claim), the run started. Any other
-// failure is returned as it is: the claim did not reach a run, and the
-// caller may retry.
-func decideClaim[T any](ctx context.Context, t Temporal, start client.WithStartWorkflowOperation, workflowID, updateID string,
-	wait time.Duration, startIsClaim bool, args ...any) (T, string, error) {
-	var d T
-	wctx, cancel := context.WithTimeout(ctx, wait)
-	defer cancel()
-	handle, err := t.UpdateWithStartWorkflow(wctx, client.UpdateWithStartWorkflowOptions{
-		StartWorkflowOperation: start,
-		UpdateOptions: client.UpdateWorkflowOptions{
-			WorkflowID: workflowID,
-			UpdateID:   updateID,
-			UpdateName: workflows.UpdateDecision,
-			Args:       args,
-			// Accepted, then the outcome: an accepted update is the run's
-			// to answer, whatever happens to this wait.
-			WaitForStage: client.WorkflowUpdateStageAccepted,
-		},
-	})
-	if err != nil {
-		if startIsClaim && start != nil {
-			sctx, scancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-			defer scancel()
-			if run, serr := start.Get(sctx); serr == nil {
-				return d, run.GetRunID(), fmt.Errorf("%w: %w", errUndecided, err)
-			}
-		}
-		return d, "", err
-	}
-	if err := handle.Get(wctx, &d); err != nil {
-		return d, handle.RunID(), fmt.Errorf("%w: %w", errUndecided, err)
-	}
-	return d, handle.RunID(), nil
-}
-
-// answerUndecided answers 202 for a claim that is under way but was not
-// decided within the wait: the body names the claim and links its status
-// (Location and status_url); the claim finishes on its own.
-func (s *server) answerUndecided(c *gin.Context, err error, body gin.H, statusURL, workflowID, runID string) {
-	s.Log.Warn("claim not decided within the wait; answered with its status URL", "workflow_id", workflowID, "error", err)
-	c.Header("Location", statusURL)
-	body["status"] = "pending"
-	body["status_url"] = statusURL
-	body["workflow_id"] = workflowID
-	body["message"] = "no decision yet; the claim goes on and finishes on its own: read status_url for its outcome"
-	if runID != "" {
-		body["run_id"] = runID
-		body["workflow_url"] = s.runURL(workflowID, runID)
-	}
-	c.JSON(http.StatusAccepted, body)
 }
 
 // couponStatusURL is where a coupon's outcome can be read.
@@ -488,7 +411,7 @@ func (s *server) getCoupon(c *gin.Context) {
 }
 
 func (s *server) loadCoupon(ctx context.Context, id string) (coupon, error) {
-	k, err := store.LoadCoupon(ctx, s.DB, id)
+	k, err := store.LoadCoupon(ctx, s.db, id)
 	if err != nil {
 		return k, err
 	}

@@ -50,7 +50,7 @@ func (s *server) createCourse(c *gin.Context) {
 		writeError(c, http.StatusBadRequest, "invalid_field", "credits must be between 0 and 100", "credits")
 		return
 	}
-	created, err := store.InsertCourse(c, s.DB, req.ID, strings.TrimSpace(*req.Title), *req.Capacity, req.Credits)
+	created, err := store.InsertCourse(c, s.db, req.ID, strings.TrimSpace(*req.Title), *req.Capacity, req.Credits)
 	if err != nil {
 		s.internalError(c, err)
 		return
@@ -76,7 +76,7 @@ func (s *server) getCourse(c *gin.Context) {
 }
 
 func (s *server) loadCourse(ctx context.Context, id string) (course, error) {
-	return store.LoadCourse(ctx, s.DB, id)
+	return store.LoadCourse(ctx, s.db, id)
 }
 
 type patchCourseRequest struct {
@@ -103,7 +103,7 @@ func (s *server) patchCourse(c *gin.Context) {
 		writeError(c, http.StatusBadRequest, "invalid_field", "capacity must be between 0 and 1000000", "capacity")
 		return
 	}
-	before, err := store.SetCapacity(c, s.DB, id, *req.Capacity)
+	before, err := store.SetCapacity(c, s.db, id, *req.Capacity)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		writeError(c, http.StatusNotFound, string(workflows.RefusalCourseNotFound), "no course with this id", "id")
@@ -122,7 +122,7 @@ func (s *server) patchCourse(c *gin.Context) {
 	}
 	if *req.Capacity > before && got.Waitlisted > 0 {
 		by := "capacity-" + uuid.NewString()
-		_, err := s.Temporal.ExecuteWorkflow(c, client.StartWorkflowOptions{
+		_, err := s.temporal.ExecuteWorkflow(c, client.StartWorkflowOptions{
 			ID:        workflows.PromotionWorkflowID(id, by),
 			TaskQueue: workflows.TaskQueue,
 			TypedSearchAttributes: temporal.NewSearchAttributes(

@@ -44,7 +44,7 @@ func (s *server) listDeadLetters(c *gin.Context) {
 		writeError(c, http.StatusBadRequest, "invalid_field", "stage must be publish or consume", "stage")
 		return
 	}
-	items, err := store.ListDeadLetters(c, s.DB, status, stage, limit)
+	items, err := store.ListDeadLetters(c, s.db, status, stage, limit)
 	if err != nil {
 		s.internalError(c, err)
 		return
@@ -61,7 +61,7 @@ func (s *server) loadDeadLetter(c *gin.Context) (deadLetter, bool) {
 		writeError(c, http.StatusBadRequest, "invalid_field", "id must be a positive integer", "id")
 		return deadLetter{}, false
 	}
-	d, err := store.LoadDeadLetter(c, s.DB, id)
+	d, err := store.LoadDeadLetter(c, s.db, id)
 	if errors.Is(err, pgx.ErrNoRows) {
 		writeError(c, http.StatusNotFound, "dead_letter_not_found", "no dead letter with this id", "id")
 		return d, false
@@ -109,7 +109,7 @@ func (s *server) decideDeadLetter(c *gin.Context, action workflows.DeadLetterAct
 		writeError(c, http.StatusBadRequest, "invalid_field", "id must be a positive integer", "id")
 		return
 	}
-	d, err := store.DecideDeadLetter(c.Request.Context(), s.DB, id, decidedState(action))
+	d, err := store.DecideDeadLetter(c.Request.Context(), s.db, id, decidedState(action))
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		writeError(c, http.StatusNotFound, "dead_letter_not_found", "no dead letter with this id", "id")
@@ -136,7 +136,7 @@ func (s *server) decideDeadLetter(c *gin.Context, action workflows.DeadLetterAct
 func (s *server) signalDecision(ctx context.Context, d deadLetter, action workflows.DeadLetterAction) error {
 	sctx, cancel := context.WithTimeout(ctx, signalTimeout)
 	defer cancel()
-	err := s.Temporal.SignalWorkflow(sctx, d.WorkflowID, d.RunID, workflows.SignalDeadLetter,
+	err := s.temporal.SignalWorkflow(sctx, d.WorkflowID, d.RunID, workflows.SignalDeadLetter,
 		workflows.DeadLetterDecision{Action: action, DeadLetterID: d.ID, Round: d.Rounds})
 	if err == nil {
 		return nil
@@ -144,7 +144,7 @@ func (s *server) signalDecision(ctx context.Context, d deadLetter, action workfl
 	err = fmt.Errorf("signal %s of dead letter %d on %s: %w", action, d.ID, d.WorkflowID, err)
 	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), signalTimeout)
 	defer rcancel()
-	if rerr := store.ReopenDeadLetter(rctx, s.DB, d.ID, d.Status, d.Rounds); rerr != nil {
+	if rerr := store.ReopenDeadLetter(rctx, s.db, d.ID, d.Status, d.Rounds); rerr != nil {
 		return errors.Join(err, fmt.Errorf("reopen dead letter %d: %w", d.ID, rerr))
 	}
 	return err
@@ -188,7 +188,7 @@ func (s *server) decideDeadLetters(c *gin.Context, action workflows.DeadLetterAc
 	if !ok {
 		return
 	}
-	decided, err := store.DecideDeadLetters(c.Request.Context(), s.DB, f, decidedState(action), limit)
+	decided, err := store.DecideDeadLetters(c.Request.Context(), s.db, f, decidedState(action), limit)
 	if err != nil {
 		s.internalError(c, err)
 		return
@@ -209,7 +209,7 @@ func (s *server) decideDeadLetters(c *gin.Context, action workflows.DeadLetterAc
 	failed := []gin.H{}
 	for i, d := range decided {
 		if errs[i] != nil {
-			s.Log.Warn("bulk dead-letter decision not delivered", "id", d.ID, "action", action, "error", errs[i])
+			s.log.Warn("bulk dead-letter decision not delivered", "id", d.ID, "action", action, "error", errs[i])
 			failed = append(failed, gin.H{"id": d.ID, "error": "the run could not be signalled; the dead letter is open again"})
 			continue
 		}

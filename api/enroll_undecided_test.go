@@ -20,13 +20,10 @@ import (
 	"github.com/claimflow/claimflow/workflows"
 )
 
-// undecidedTemporal stands for a Temporal whose runs do not decide within
-// the wait. It records the claims of every run it was asked to start.
+// undecidedTemporal stands for a Temporal whose desks do not decide within
+// the wait. It records the claims of every batch sent to a desk.
 type undecidedTemporal struct {
-	// started: the start operation reports run "run-1" once the call that
-	// carries it reached Temporal; otherwise it reports nothing.
-	started bool
-	// refuse: the call fails at once (Temporal did not take the run).
+	// refuse: the call fails at once (Temporal did not take the batch).
 	refuse error
 	// block: the call waits until its context ends (then fails) or release
 	// is closed (then the update is accepted); otherwise it is accepted at
@@ -39,15 +36,8 @@ type undecidedTemporal struct {
 	claims [][]workflows.EnrollmentInput
 }
 
-func (f *undecidedTemporal) NewWithStartWorkflowOperation(_ client.StartWorkflowOptions, _ any, args ...any) client.WithStartWorkflowOperation {
-	op := &fakeStart{temporal: f, called: make(chan struct{})}
-	switch in := args[0].(type) {
-	case workflows.EnrollmentBatchInput:
-		op.claims = in.Claims
-	case workflows.EnrollmentInput:
-		op.claims = []workflows.EnrollmentInput{in}
-	}
-	return op
+func (f *undecidedTemporal) NewWithStartWorkflowOperation(client.StartWorkflowOptions, any, ...any) client.WithStartWorkflowOperation {
+	return nil
 }
 
 func (f *undecidedTemporal) ExecuteWorkflow(context.Context, client.StartWorkflowOptions, any, ...any) (client.WorkflowRun, error) {
@@ -55,14 +45,13 @@ func (f *undecidedTemporal) ExecuteWorkflow(context.Context, client.StartWorkflo
 }
 
 func (f *undecidedTemporal) UpdateWithStartWorkflow(ctx context.Context, o client.UpdateWithStartWorkflowOptions) (client.WorkflowUpdateHandle, error) {
-	op, ok := o.StartWorkflowOperation.(*fakeStart)
+	in, ok := o.UpdateOptions.Args[0].(workflows.DeskBatch)
 	if !ok {
-		return nil, errors.New("test: no start operation")
+		return nil, errors.New("test: no batch in the update")
 	}
 	f.mu.Lock()
-	f.claims = append(f.claims, op.claims)
+	f.claims = append(f.claims, in.Claims)
 	f.mu.Unlock()
-	close(op.called)
 	if f.entered != nil {
 		f.entered <- struct{}{}
 	}
@@ -83,7 +72,7 @@ func (f *undecidedTemporal) SignalWorkflow(context.Context, string, string, stri
 	return errors.New("test: no signals")
 }
 
-// students lists, per run asked to start, the students of its claims.
+// students lists, per batch sent to a desk, the students of its claims.
 func (f *undecidedTemporal) students() [][]string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -98,7 +87,7 @@ func (f *undecidedTemporal) students() [][]string {
 	return out
 }
 
-// enrollmentIDs lists the enrollment IDs of every claim that reached a run.
+// enrollmentIDs lists the enrollment IDs of every claim that reached a desk.
 func (f *undecidedTemporal) enrollmentIDs() []string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -111,36 +100,7 @@ func (f *undecidedTemporal) enrollmentIDs() []string {
 	return out
 }
 
-type fakeStart struct {
-	temporal *undecidedTemporal
-	claims   []workflows.EnrollmentInput
-	called   chan struct{}
-}
-
-func (op *fakeStart) Get(ctx context.Context) (client.WorkflowRun, error) {
-	if op.temporal.refuse != nil {
-		return nil, op.temporal.refuse
-	}
-	if op.temporal.started {
-		select {
-		case <-op.called:
-			return fakeRun{runID: "run-1"}, nil
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-	}
-	<-ctx.Done()
-	return nil, ctx.Err()
-}
-
-type fakeRun struct {
-	client.WorkflowRun
-	runID string
-}
-
-func (r fakeRun) GetRunID() string { return r.runID }
-
-func newUndecidedAPI(t *testing.T, tmp *undecidedTemporal, batching *BatchOptions) http.Handler {
+func newUndecidedAPI(t *testing.T, tmp *undecidedTemporal, batching BatchOptions) http.Handler {
 	t.Helper()
 	auth, err := NewHS256([]byte(testSecret), JWTOptions{})
 	if err != nil {
@@ -176,8 +136,8 @@ func enrollWithin(t *testing.T, h http.Handler, student string, within time.Dura
 	return rec
 }
 
-// checkPending holds a 202 to its promise: the claim a run holds, named by
-// the enrollment ID that run was given, with its status URL.
+// checkPending holds a 202 to its promise: the claim a desk holds, named by
+// the enrollment ID the desk was given, with its status URL.
 func checkPending(t *testing.T, rec *httptest.ResponseRecorder, tmp *undecidedTemporal, wantRun string) {
 	t.Helper()
 	if rec.Code != http.StatusAccepted {
@@ -189,7 +149,7 @@ func checkPending(t *testing.T, rec *httptest.ResponseRecorder, tmp *undecidedTe
 	}
 	id, _ := body["id"].(string)
 	if !slices.Contains(tmp.enrollmentIDs(), id) {
-		t.Fatalf("202 names enrollment %q; the runs hold %v", id, tmp.enrollmentIDs())
+		t.Fatalf("202 names enrollment %q; the desks hold %v", id, tmp.enrollmentIDs())
 	}
 	statusURL := "/v1/enrollments/" + id
 	if body["status"] != "pending" || body["status_url"] != statusURL || rec.Header().Get("Location") != statusURL ||
@@ -209,41 +169,30 @@ func checkUnavailable(t *testing.T, rec *httptest.ResponseRecorder) {
 	}
 }
 
-// An enrollment whose run holds the claim but did not decide within the
-// wait answers 202 with the enrollment's status URL, in batch and in single
-// mode; one Temporal did not take answers 503.
+// An enrollment whose desk holds the claim but did not decide within the
+// wait answers 202 with the enrollment's status URL; one Temporal did not
+// take, or did not report taking within the wait, answers 503.
 func TestUndecidedEnrollmentAnswers202WithItsStatusURL(t *testing.T) {
 	refused := errors.New("test: frontend unavailable")
 	tests := []struct {
 		name     string
-		batching *BatchOptions
 		temporal *undecidedTemporal
 		// within: how long the request waits (0: the derived wait, which
 		// the fake's answer makes moot).
 		within  time.Duration
 		wantRun string // "" wants 503
 	}{
-		{name: "batch: run accepted the claims, no decision", batching: &BatchOptions{},
+		{name: "the desk accepted the batch, no decision",
 			temporal: &undecidedTemporal{}, wantRun: "run-use"},
-		{name: "batch: run started, the request's wait ends first", batching: &BatchOptions{},
-			temporal: &undecidedTemporal{started: true, block: true}, within: 300 * time.Millisecond, wantRun: "run-1"},
-		{name: "batch: Temporal refused the run", batching: &BatchOptions{},
+		{name: "Temporal refused the batch",
 			temporal: &undecidedTemporal{refuse: refused}},
-		{name: "batch: the run's start never reported", batching: &BatchOptions{},
-			temporal: &undecidedTemporal{block: true}, within: 300 * time.Millisecond},
-		{name: "single: run accepted the claim, no decision",
-			temporal: &undecidedTemporal{}, wantRun: "run-use"},
-		{name: "single: run started, the update not accepted in the wait",
-			temporal: &undecidedTemporal{started: true, block: true}, within: 300 * time.Millisecond, wantRun: "run-1"},
-		{name: "single: Temporal refused the run",
-			temporal: &undecidedTemporal{refuse: refused}},
-		{name: "single: the run's start never reported",
+		{name: "the desk's acceptance never reported",
 			temporal: &undecidedTemporal{block: true}, within: 300 * time.Millisecond},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.temporal.release = make(chan struct{})
-			h := newUndecidedAPI(t, tc.temporal, tc.batching)
+			h := newUndecidedAPI(t, tc.temporal, BatchOptions{})
 			t.Cleanup(func() { close(tc.temporal.release) })
 			rec := enrollWithin(t, h, "s-1", tc.within)
 			if tc.wantRun == "" {
@@ -255,31 +204,30 @@ func TestUndecidedEnrollmentAnswers202WithItsStatusURL(t *testing.T) {
 	}
 }
 
-// A batched claim whose request gave up while it waited for a batch slot
-// is answered 503 and never reaches a run: a 503 must not hide a claim that
-// goes on.
+// A claim whose request gave up while it waited for a free desk is answered
+// 503 and never reaches a desk: a 503 must not hide a claim that goes on.
 func TestWithdrawnBatchClaimNeverReachesARun(t *testing.T) {
 	tmp := &undecidedTemporal{block: true, release: make(chan struct{}), entered: make(chan struct{}, 8)}
-	h := newUndecidedAPI(t, tmp, &BatchOptions{InFlight: 1})
+	h := newUndecidedAPI(t, tmp, BatchOptions{Desks: 1})
 	first := make(chan *httptest.ResponseRecorder, 1)
 	go func() { first <- enrollWithin(t, h, "s-1", 300*time.Millisecond) }()
 	select {
-	case <-tmp.entered: // s-1's batch holds the only slot
+	case <-tmp.entered: // s-1's batch holds the only desk
 	case <-time.After(10 * time.Second):
 		t.Fatal("the first batch never reached Temporal")
 	}
 	checkUnavailable(t, enrollWithin(t, h, "s-2", 300*time.Millisecond))
-	// Taken into a batch whose start was never reported: 503 too.
+	// Taken into a batch whose acceptance was never reported: 503 too.
 	checkUnavailable(t, <-first)
 	close(tmp.release)
 	// FIFO: s-2's batch, if it went out, went out before or with s-3's.
 	checkPending(t, enrollWithin(t, h, "s-3", 0), tmp, "run-use")
 	for _, run := range tmp.students() {
 		if slices.Contains(run, "s-2") {
-			t.Fatalf("runs asked to start hold %v: the withdrawn claim of s-2 reached a run", tmp.students())
+			t.Fatalf("the desks were sent %v: the withdrawn claim of s-2 reached a desk", tmp.students())
 		}
 	}
 	if got := tmp.students(); len(got) != 2 {
-		t.Fatalf("runs asked to start hold %v, want s-1's and s-3's", got)
+		t.Fatalf("the desks were sent %v, want s-1's and s-3's", got)
 	}
 }

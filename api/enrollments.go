@@ -65,46 +65,23 @@ func (s *server) enroll(c *gin.Context) {
 		RequestedAt:  requestedAt,
 		Waitlist:     req.Waitlist,
 	}
-	var (
-		decision          workflows.Decision
-		workflowID, runID string
-	)
-	if s.batcher != nil {
-		ctx, cancel := context.WithTimeout(c.Request.Context(), s.decisionWait(workflows.ClaimEnrollmentBatch))
-		r, err := s.batcher.submit(ctx, in)
-		cancel()
-		if errors.Is(err, errOverloaded) {
-			c.Header("Retry-After", "1")
-			writeError(c, http.StatusTooManyRequests, "overloaded", "too many claims waiting; retry after the Retry-After delay", "")
-			return
-		}
-		if errors.Is(err, errUndecided) { // the batch run holds the claim
-			s.answerUndecidedEnrollment(c, err, in, r.workflowID, r.runID)
-			return
-		}
-		if err != nil {
-			s.unavailable(c, fmt.Errorf("enroll %s in %s: %w", req.StudentID, courseID, err))
-			return
-		}
-		decision, workflowID, runID = r.decision, r.workflowID, r.runID
-	} else {
-		workflowID = workflows.EnrollmentWorkflowID(courseID, req.StudentID)
-		// The enrollment's ID names its decision update, so the run tells
-		// this request from a second claim of the same student even if the
-		// update comes late (workflows.EnrollmentInput.StarterUpdateID).
-		in.StarterUpdateID, in.AnswerWait = in.EnrollmentID, s.decisionWait(workflows.ClaimEnrollment)
-		// The run's input is the claim: once it started, it decides on its own.
-		decision, runID, err = decideClaim[workflows.Decision](c.Request.Context(), s.Temporal,
-			s.startEnrollment(workflowID, in), workflowID, in.StarterUpdateID, in.AnswerWait, true)
-		if errors.Is(err, errUndecided) {
-			s.answerUndecidedEnrollment(c, err, in, workflowID, runID)
-			return
-		}
-		if err != nil {
-			s.unavailable(c, fmt.Errorf("enroll %s in %s: %w", req.StudentID, courseID, err))
-			return
-		}
+	ctx, cancel := context.WithTimeout(c.Request.Context(), s.decisionWait(workflows.ClaimEnrollment))
+	r, err := s.batcher.submit(ctx, in)
+	cancel()
+	if errors.Is(err, errOverloaded) {
+		c.Header("Retry-After", "1")
+		writeError(c, http.StatusTooManyRequests, "overloaded", "too many claims waiting; retry after the Retry-After delay", "")
+		return
 	}
+	if errors.Is(err, errUndecided) { // the desk holds the claim
+		s.answerUndecidedEnrollment(c, err, in, r.workflowID, r.runID)
+		return
+	}
+	if err != nil {
+		s.unavailable(c, fmt.Errorf("enroll %s in %s: %w", req.StudentID, courseID, err))
+		return
+	}
+	decision, workflowID, runID := r.decision, r.workflowID, r.runID
 	// From here to the answer written is the answer's own time (counted
 	// unless it waits for the confirmation).
 	decidedAt, awaited := time.Now(), false
@@ -162,38 +139,12 @@ func (s *server) enroll(c *gin.Context) {
 	c.JSON(http.StatusAccepted, current)
 }
 
-// answerUndecidedEnrollment answers 202 for an enrollment whose run holds
+// answerUndecidedEnrollment answers 202 for an enrollment whose desk holds
 // the claim but did not decide within the wait: the claim finishes on its
 // own, and its outcome is read at the enrollment's status URL.
 func (s *server) answerUndecidedEnrollment(c *gin.Context, err error, in workflows.EnrollmentInput, workflowID, runID string) {
 	s.answerUndecided(c, err, gin.H{"id": in.EnrollmentID, "course_id": in.CourseID, "student_id": in.StudentID},
 		"/v1/enrollments/"+url.PathEscape(in.EnrollmentID), workflowID, runID)
-}
-
-// startEnrollment is the start of a run for one claim.
-func (s *server) startEnrollment(workflowID string, in workflows.EnrollmentInput) client.WithStartWorkflowOperation {
-	return s.Temporal.NewWithStartWorkflowOperation(client.StartWorkflowOptions{
-		ID:        workflowID,
-		TaskQueue: workflows.TaskQueue,
-		// A concurrent second request of the same student joins the running
-		// claim (and is told already_enrolled); after a run closes, a new one
-		// may start, so a cancelled student can enroll again.
-		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
-		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
-		TypedSearchAttributes: temporal.NewSearchAttributes(
-			workflows.SearchCourseID.ValueSet([]string{in.CourseID}),
-			workflows.SearchStudentID.ValueSet([]string{in.StudentID}),
-			workflows.SearchClaimStatus.ValueSet(string(workflows.StatusPending)),
-		),
-	}, workflows.Enrollment, in)
-}
-
-// decide starts (or joins) a claim's run and waits for its decision update
-// (an enrollment's, or a cancellation's: one database step before it
-// decides, as an enrollment's).
-func (s *server) decide(c *gin.Context, start client.WithStartWorkflowOperation, workflowID string) (workflows.Decision, string, error) {
-	return decideClaim[workflows.Decision](c.Request.Context(), s.Temporal, start, workflowID, "",
-		s.decisionWait(workflows.ClaimEnrollment), false)
 }
 
 // awaitSettled waits until the enrollment leaves "reserved" or the confirm
@@ -207,7 +158,7 @@ func (s *server) awaitSettled(c *gin.Context, id string) (enrollment, error) {
 		return s.loadEnrollment(c, id)
 	}
 	defer s.settled.remove(id, wake)
-	bound := time.NewTimer(s.ConfirmTimeout)
+	bound := time.NewTimer(s.cfg.ConfirmTimeout)
 	defer bound.Stop()
 	for {
 		// Read after registering: a notification between the two wakes us.
@@ -235,7 +186,7 @@ func (s *server) getEnrollment(c *gin.Context) {
 }
 
 func (s *server) loadEnrollment(ctx context.Context, id string) (enrollment, error) {
-	return store.LoadEnrollment(ctx, s.DB, id)
+	return store.LoadEnrollment(ctx, s.db, id)
 }
 
 func (s *server) cancelEnrollment(c *gin.Context) {
@@ -261,7 +212,7 @@ func (s *server) cancelEnrollment(c *gin.Context) {
 		return
 	}
 	workflowID := workflows.CancellationWorkflowID(id)
-	start := s.Temporal.NewWithStartWorkflowOperation(client.StartWorkflowOptions{
+	start := s.temporal.NewWithStartWorkflowOperation(client.StartWorkflowOptions{
 		ID:                       workflowID,
 		TaskQueue:                workflows.TaskQueue,
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
@@ -272,7 +223,8 @@ func (s *server) cancelEnrollment(c *gin.Context) {
 			workflows.SearchClaimStatus.ValueSet(string(workflows.StatusPending)),
 		),
 	}, workflows.Cancellation, workflows.CancellationInput{EnrollmentID: id})
-	decision, _, err := s.decide(c, start, workflowID)
+	decision, _, err := decideClaim[workflows.Decision](c.Request.Context(), s.temporal, start, workflowID, "",
+		s.decisionWait(workflows.ClaimCancellation), false)
 	if err != nil {
 		s.unavailable(c, fmt.Errorf("cancel enrollment %s: %w", id, err))
 		return

@@ -65,7 +65,13 @@ func (f *fakeTemporal) UpdateWithStartWorkflow(ctx context.Context, o client.Upd
 			return nil, ctx.Err()
 		}
 	}
-	return fakeUpdate{workflowID: o.UpdateOptions.WorkflowID}, nil
+	u := fakeUpdate{workflowID: o.UpdateOptions.WorkflowID}
+	if len(o.UpdateOptions.Args) > 0 {
+		if b, ok := o.UpdateOptions.Args[0].(workflows.DeskBatch); ok {
+			u.claims = len(b.Claims)
+		}
+	}
+	return u, nil
 }
 
 func (f *fakeTemporal) SignalWorkflow(context.Context, string, string, string, any) error {
@@ -81,13 +87,22 @@ func (f *fakeTemporal) Calls() int {
 	return f.calls
 }
 
-type fakeUpdate struct{ workflowID string }
+// fakeUpdate answers a desk's batch of claims (claims > 0) or one claim
+// with a "not found" refusal.
+type fakeUpdate struct {
+	workflowID string
+	claims     int
+}
 
 func (u fakeUpdate) WorkflowID() string { return u.workflowID }
 func (u fakeUpdate) RunID() string      { return "run-1" }
 func (u fakeUpdate) UpdateID() string   { return "update-1" }
 func (u fakeUpdate) Get(_ context.Context, v any) error {
 	switch d := v.(type) {
+	case *[]workflows.Decision:
+		for range u.claims {
+			*d = append(*d, workflows.Decision{Status: workflows.StatusRefused, Refusal: workflows.RefusalCourseNotFound, Message: "no such course"})
+		}
 	case *workflows.Decision:
 		*d = workflows.Decision{Status: workflows.StatusRefused, Refusal: workflows.RefusalCourseNotFound, Message: "no such course"}
 	case *workflows.CouponDecision:

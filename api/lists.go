@@ -96,7 +96,7 @@ func (s *server) listStudentEnrollments(c *gin.Context) {
 	if !ok {
 		return
 	}
-	items, next, err := store.StudentEnrollments(c, s.DB, id, status, page)
+	items, next, err := store.StudentEnrollments(c, s.db, id, status, page)
 	s.linkRuns(items)
 	s.listed(c, "enrollments", items, next, err)
 }
@@ -118,7 +118,7 @@ func (s *server) listRoster(c *gin.Context) {
 		s.internalError(c, err)
 		return
 	}
-	items, next, err := store.CourseRoster(c, s.DB, id, status, page)
+	items, next, err := store.CourseRoster(c, s.db, id, status, page)
 	s.linkRuns(items)
 	s.listed(c, "enrollments", items, next, err)
 }
@@ -132,7 +132,7 @@ func (s *server) listUserCoupons(c *gin.Context) {
 	if !ok {
 		return
 	}
-	items, next, err := store.UserCoupons(c, s.DB, id, status, page)
+	items, next, err := store.UserCoupons(c, s.db, id, status, page)
 	s.listed(c, "coupons", items, next, err)
 }
 
@@ -154,7 +154,7 @@ func (s *server) listNotifications(c *gin.Context) {
 	if !ok {
 		return
 	}
-	items, next, err := store.Inbox(c, s.DB, id, unread, page)
+	items, next, err := store.Inbox(c, s.db, id, unread, page)
 	s.listed(c, "notifications", items, next, err)
 }
 
@@ -173,7 +173,7 @@ func (s *server) readNotification(c *gin.Context) {
 		s.internalError(c, err)
 		return
 	}
-	item, found, err := store.MarkRead(c, s.DB, recipient, id)
+	item, found, err := store.MarkRead(c, s.db, recipient, id)
 	switch {
 	case err != nil:
 		s.internalError(c, err)
@@ -199,7 +199,7 @@ func (s *server) readAllNotifications(c *gin.Context) {
 	if c.Request.ContentLength != 0 && !decodeJSON(c, &req) {
 		return
 	}
-	n, err := store.MarkAllRead(c, s.DB, id, req.Before)
+	n, err := store.MarkAllRead(c, s.db, id, req.Before)
 	switch {
 	case errors.Is(err, store.ErrBadCursor):
 		writeError(c, http.StatusBadRequest, "invalid_field", "before must be the cursor of an inbox item", "before")

@@ -23,8 +23,8 @@ type metrics struct {
 	batchCall   prometheus.Histogram
 	batchClaims prometheus.Histogram
 	answer      prometheus.Histogram
-	// Batches a desk could not list in its search attributes, decided in
-	// runs of their own instead.
+	// Batches a desk could not list in its search attributes, sent again
+	// to its next run.
 	deskFull prometheus.Counter
 }
 
@@ -45,7 +45,7 @@ func newMetrics(s *server) *metrics {
 		}, []string{"workflow", "status", "refusal"}),
 		batchWait: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "claimflow_claim_batch_wait_seconds",
-			Help:    "An enrollment claim's wait from its submission to the start of its batch's Update-With-Start call.",
+			Help:    "An enrollment claim's wait from its submission to the start of its batch's Update-With-Start call to a desk.",
 			Buckets: buckets.Seconds(),
 		}),
 		batchCall: prometheus.NewHistogram(prometheus.HistogramOpts{
@@ -55,7 +55,7 @@ func newMetrics(s *server) *metrics {
 		}),
 		batchClaims: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "claimflow_claim_batch_claims",
-			Help:    "Claims one batch run decides, counted when its Update-With-Start call starts.",
+			Help:    "Claims in one batch, counted when its Update-With-Start call to a desk starts.",
 			Buckets: buckets.Claims(),
 		}),
 		answer: prometheus.NewHistogram(prometheus.HistogramOpts{
@@ -65,7 +65,7 @@ func newMetrics(s *server) *metrics {
 		}),
 		deskFull: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "claimflow_claim_desk_full_total",
-			Help: "Batches a desk rejected because its search attributes could not list them (ENROLL_MODE=desk); each went to a batch run of its own.",
+			Help: "Batches a desk turned away because its search attributes could not list them; each went to the desk's next run.",
 		}),
 	}
 	openDeadLetters := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -74,13 +74,13 @@ func newMetrics(s *server) *metrics {
 	}, func() float64 {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
-		n, err := store.OpenDeadLetters(ctx, s.DB)
+		n, err := store.OpenDeadLetters(ctx, s.db)
 		if err != nil {
 			return -1 // visible on the dashboard as "unknown"
 		}
 		return float64(n)
 	})
-	s.Metrics.MustRegister(m.requests, m.latency, m.decisions, m.batchWait, m.batchCall, m.batchClaims, m.answer,
+	s.cfg.Metrics.MustRegister(m.requests, m.latency, m.decisions, m.batchWait, m.batchCall, m.batchClaims, m.answer,
 		m.deskFull, openDeadLetters)
 	return m
 }
@@ -123,7 +123,7 @@ func (m *metrics) batchDecided(took time.Duration) {
 	m.batchCall.Observe(took.Seconds())
 }
 
-// deskRejected counts a batch a desk could not list.
+// deskRejected counts a batch a desk could not list and turned away.
 func (m *metrics) deskRejected() {
 	if m == nil {
 		return

@@ -152,7 +152,7 @@ func (s *server) authorizeOwner(c *gin.Context, field, id string) (string, bool)
 	if !ok {
 		return "", false
 	}
-	owner, err := rule.lookup(c.Request.Context(), s.DB, id)
+	owner, err := rule.lookup(c.Request.Context(), s.db, id)
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
 		s.internalError(c, err)
 		return "", false
@@ -213,15 +213,15 @@ type guard struct {
 // by role, rate-limit writes per subject, bound the claims in flight.
 func (s *server) guard() gin.HandlerFunc {
 	g := &guard{
-		limits: newLimits(s.Security),
+		limits: newLimits(s.cfg.Security),
 		shed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "claimflow_http_shed_total",
 			Help: "Requests answered 429 by reason: rate_limited (per-subject write limit) or overloaded (claims in flight).",
 		}, []string{"reason"}),
 	}
-	s.Metrics.MustRegister(g.shed)
-	if s.Security.InsecureNoAuth {
-		s.Log.Warn("AUTHENTICATION IS OFF (--insecure-no-auth): every request acts as an admin; " +
+	s.cfg.Metrics.MustRegister(g.shed)
+	if s.cfg.Security.InsecureNoAuth {
+		s.log.Warn("AUTHENTICATION IS OFF (--insecure-no-auth): every request acts as an admin; " +
 			"never expose this server beyond a sandbox")
 	}
 	return func(c *gin.Context) {

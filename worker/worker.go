@@ -41,7 +41,7 @@ func New(c client.Client, sagas SagaActivities, delivery DeliveryActivities, o O
 func SDKOptions(o Options) sdkworker.Options {
 	return sdkworker.Options{
 		MaxConcurrentActivityExecutionSize: o.MaxConcurrentActivities,
-		// A batch run is one workflow task. With the SDK's default of two
+		// A desk's batch is one workflow task. With the SDK's default of two
 		// pollers, under load most workflow tasks found no poller waiting
 		// and queued in matching's backlog instead; more pollers keep one
 		// waiting (docs/performance.md).
@@ -65,6 +65,7 @@ func RegisterWorkflows(r Registry) {
 	r.RegisterWorkflow(workflows.Promotion)
 	r.RegisterWorkflow(workflows.EnrollmentBatch)
 	r.RegisterWorkflow(workflows.EnrollmentDesk)
+	r.RegisterWorkflow(workflows.RecoverReservations)
 	r.RegisterWorkflow(workflows.IssueCoupon)
 	r.RegisterWorkflow(workflows.UseCoupon)
 	r.RegisterWorkflow(workflows.DeliverEvent)
@@ -76,10 +77,9 @@ type Registrar interface {
 	RegisterActivityWithOptions(a any, options activity.RegisterOptions)
 }
 
-// EnrollmentActivities are the effects of Enrollment, Cancellation and the
-// publish-or-dead-letter loop every saga shares.
+// EnrollmentActivities are the effects of Enrollment, Cancellation,
+// Promotion and the publish-or-dead-letter loop every saga shares.
 type EnrollmentActivities interface {
-	ReserveSeat(context.Context, workflows.ReserveSeatInput) (workflows.ReserveSeatResult, error)
 	Publish(context.Context, workflows.PublishInput) error
 	MarkConfirmed(ctx context.Context, enrollmentID string) error
 	ReleaseSeat(context.Context, workflows.ReleaseSeatInput) error
@@ -89,12 +89,14 @@ type EnrollmentActivities interface {
 	PromoteWaitlist(context.Context, workflows.PromoteWaitlistInput) (workflows.PromoteWaitlistResult, error)
 }
 
-// BatchActivities are the effects of EnrollmentBatch.
+// BatchActivities are the effects of EnrollmentDesk, EnrollmentBatch and
+// RecoverReservations.
 type BatchActivities interface {
 	ReserveSeats(context.Context, workflows.ReserveSeatsInput) (workflows.ReserveSeatsResult, error)
 	PublishBatch(context.Context, workflows.PublishBatchInput) error
 	ConfirmBatch(ctx context.Context, enrollmentIDs []string) error
 	ReleaseSeats(ctx context.Context, enrollmentIDs []string) error
+	FindStrandedReservations(context.Context, workflows.RecoverReservationsInput) (workflows.FindStrandedResult, error)
 }
 
 // CouponActivities are the effects of IssueCoupon and UseCoupon.
@@ -127,7 +129,6 @@ type DeliveryActivities interface {
 // name of its reference in package workflows. Each line pairs a reference
 // with the method that implements it; the compiler checks that they agree.
 func RegisterActivities(r Registrar, sagas SagaActivities, delivery DeliveryActivities) {
-	register(r, workflows.ReserveSeat, sagas.ReserveSeat)
 	registerNoResult(r, workflows.Publish, sagas.Publish)
 	registerNoResult(r, workflows.MarkConfirmed, sagas.MarkConfirmed)
 	registerNoResult(r, workflows.ReleaseSeat, sagas.ReleaseSeat)
@@ -136,12 +137,13 @@ func RegisterActivities(r Registrar, sagas SagaActivities, delivery DeliveryActi
 	register(r, workflows.CancelEnrollment, sagas.CancelEnrollment)
 	register(r, workflows.PromoteWaitlist, sagas.PromoteWaitlist)
 
-	// The batch calls ReserveSeats, ConfirmBatch and (on its fast path)
-	// PublishBatch as local activities, by these same registered names.
+	// The desk calls ReserveSeats and PublishBatch, the batch run
+	// ConfirmBatch, as local activities, by these same registered names.
 	register(r, workflows.ReserveSeats, sagas.ReserveSeats)
 	registerNoResult(r, workflows.PublishBatch, sagas.PublishBatch)
 	registerNoResult(r, workflows.ConfirmBatch, sagas.ConfirmBatch)
 	registerNoResult(r, workflows.ReleaseSeats, sagas.ReleaseSeats)
+	register(r, workflows.FindStrandedReservations, sagas.FindStrandedReservations)
 
 	register(r, workflows.ReserveCoupon, sagas.ReserveCoupon)
 	register(r, workflows.RevokeCoupon, sagas.RevokeCoupon)

@@ -1,10 +1,6 @@
 package workflows
 
-import (
-	"time"
-
-	"go.temporal.io/sdk/workflow"
-)
+import "go.temporal.io/sdk/workflow"
 
 // Activity is a typed reference to an activity that takes In and returns
 // Out. Workflows call activities through these references rather than by
@@ -53,8 +49,6 @@ func (a ActivityNoResult[In]) ExecuteLocal(ctx workflow.Context, in In) error {
 // RecordConsumeDeadLetter: the consumer's activities) and registered in
 // worker.RegisterActivities.
 var (
-	// ReserveSeat is activities.(*Activities).ReserveSeat.
-	ReserveSeat = Activity[ReserveSeatInput, ReserveSeatResult]{Name: "ReserveSeat"}
 	// Publish is activities.(*Activities).Publish.
 	Publish = ActivityNoResult[PublishInput]{Name: "Publish"}
 	// MarkConfirmed is activities.(*Activities).MarkConfirmed; its input is
@@ -71,10 +65,11 @@ var (
 	// PromoteWaitlist is activities.(*Activities).PromoteWaitlist.
 	PromoteWaitlist = Activity[PromoteWaitlistInput, PromoteWaitlistResult]{Name: "PromoteWaitlist"}
 
-	// ReserveSeats is activities.(*Activities).ReserveSeats; a local activity.
+	// ReserveSeats is activities.(*Activities).ReserveSeats; a local
+	// activity of the desk.
 	ReserveSeats = Activity[ReserveSeatsInput, ReserveSeatsResult]{Name: "ReserveSeats"}
 	// PublishBatch is activities.(*Activities).PublishBatch; local on the
-	// batch's fast path, an ordinary activity on its durable path.
+	// desk, an ordinary activity on the batch run's retry policy.
 	PublishBatch = ActivityNoResult[PublishBatchInput]{Name: "PublishBatch"}
 	// ConfirmBatch is activities.(*Activities).ConfirmBatch; a local
 	// activity whose input is the enrollment IDs.
@@ -82,6 +77,9 @@ var (
 	// ReleaseSeats is activities.(*Activities).ReleaseSeats, the batch's
 	// compensation; its input is the enrollment IDs.
 	ReleaseSeats = ActivityNoResult[[]string]{Name: "ReleaseSeats"}
+	// FindStrandedReservations is
+	// activities.(*Activities).FindStrandedReservations.
+	FindStrandedReservations = Activity[RecoverReservationsInput, FindStrandedResult]{Name: "FindStrandedReservations"}
 
 	// ReserveCoupon is activities.(*Activities).ReserveCoupon.
 	ReserveCoupon = Activity[ReserveCouponInput, ReserveCouponResult]{Name: "ReserveCoupon"}
@@ -96,33 +94,12 @@ var (
 	// RecordPayout is activities.(*Activities).RecordPayout.
 	RecordPayout = Activity[RecordPayoutInput, RecordPayoutResult]{Name: "RecordPayout"}
 
-	// DeliverNotification is the consumer's DeliverNotification (today
-	// activities.(*Activities).DeliverNotification).
+	// DeliverNotification is consumer.(*Activities).DeliverNotification.
 	DeliverNotification = Activity[DeliverNotificationInput, DeliverNotificationResult]{Name: "DeliverNotification"}
-	// RecordConsumeDeadLetter is the consumer's RecordConsumeDeadLetter
-	// (today activities.(*Activities).RecordConsumeDeadLetter).
+	// RecordConsumeDeadLetter is
+	// consumer.(*Activities).RecordConsumeDeadLetter.
 	RecordConsumeDeadLetter = Activity[ConsumeDeadLetterInput, DeadLetterRecord]{Name: "RecordConsumeDeadLetter"}
 )
-
-// ReserveSeatInput claims one seat for one student. EnrollmentID is the
-// idempotency key: a retried reservation with the same ID succeeds without
-// taking a second seat.
-type ReserveSeatInput struct {
-	EnrollmentID string
-	CourseID     string
-	StudentID    string
-	WorkflowID   string
-	RunID        string
-	RequestedAt  time.Time
-	// Waitlist: when the course is full, join its waitlist.
-	Waitlist bool `json:",omitempty"`
-}
-
-type ReserveSeatResult struct {
-	RecordedAt time.Time
-	// Position is set when the claim joined the waitlist instead.
-	Position int `json:",omitempty"`
-}
 
 // PublishInput sends one message with acks from all in-sync replicas.
 // StampPublishedFor, when set, names the enrollment whose published_at is

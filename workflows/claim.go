@@ -57,9 +57,8 @@ type starterUpdate struct {
 // run (its update ID, chosen by the API and carried in the input) and how
 // long that request waits for its answer. With it the run answers that
 // request as the claim itself, whichever update comes first, and stays open
-// for it (keepOpenForStarter). An empty id (runs started by other runs, or
-// before the API named it) keeps the plain rule: the first update is the
-// claim.
+// for it (keepOpenForStarter). An empty id (a run started without a
+// waiting request) keeps the plain rule: the first update is the claim.
 func (c *claim[S, D]) expectStarter(id string, wait time.Duration) {
 	c.starter = starterUpdate{id: id, wait: wait}
 }
@@ -150,15 +149,6 @@ func awaitAnswer(ctx workflow.Context, ready func() bool) error {
 // closes, also when the run was cancelled.
 func drainHandlers(ctx workflow.Context) {
 	_ = awaitAnswer(ctx, func() bool { return workflow.AllHandlersFinished(ctx) })
-}
-
-// upsertClaimStatus mirrors a run's status into ClaimStatus, so operators
-// can filter runs by it. A failed upsert only makes the UI filter stale; it
-// must not fail the saga.
-func upsertClaimStatus(ctx workflow.Context, value string) {
-	if err := workflow.UpsertTypedSearchAttributes(ctx, SearchClaimStatus.ValueSet(value)); err != nil {
-		workflow.GetLogger(ctx).Warn("upsert ClaimStatus failed", "error", err)
-	}
 }
 
 // undecidedMessage says why a run ended without a decision.

@@ -39,20 +39,6 @@ func TestCancelledRunAnswersTheWaitingCaller(t *testing.T) {
 		wantClaim string
 	}{
 		{
-			name: "Enrollment",
-			start: func(t *testing.T) (*testsuite.TestWorkflowEnvironment, *claimStatuses, any, any, func(*testing.T) []answer) {
-				f := newFake().withCourse(courseID, 30, 0)
-				f.reserveErr = errPostgresDown
-				env, claims := newEnv(t, f)
-				call := sendDecision(env, "id-1", 0)
-				return env, claims, workflows.Enrollment, enrollInput(), func(t *testing.T) []answer {
-					d := call.result(t)
-					return []answer{{string(d.Status), d.Message}}
-				}
-			},
-			wantClaim: "failed",
-		},
-		{
 			name: "Cancellation",
 			start: func(t *testing.T) (*testsuite.TestWorkflowEnvironment, *claimStatuses, any, any, func(*testing.T) []answer) {
 				f := newFake()
@@ -66,23 +52,6 @@ func TestCancelledRunAnswersTheWaitingCaller(t *testing.T) {
 					}
 			},
 			wantClaim: "failed",
-		},
-		{
-			name: "EnrollmentBatch",
-			start: func(t *testing.T) (*testsuite.TestWorkflowEnvironment, *claimStatuses, any, any, func(*testing.T) []answer) {
-				f := newBatchFake().withCourse(courseID, 30, 0)
-				f.reserveErr = errPostgresDown
-				env, claims := newBatchEnv(t, f)
-				call := sendBatchDecision(env, "id-1", 0)
-				return env, claims, workflows.EnrollmentBatch, workflows.EnrollmentBatchInput{BatchID: batchID, Claims: pairClaims()},
-					func(t *testing.T) []answer {
-						var out []answer
-						for _, d := range call.result(t) {
-							out = append(out, answer{string(d.Status), d.Message})
-						}
-						return out
-					}
-			},
 		},
 		{
 			name: "IssueCoupon",

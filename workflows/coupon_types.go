@@ -81,8 +81,7 @@ type IssueCouponInput struct {
 	// starts the run, and AnswerWait how long that request waits for its
 	// answer (the API's decision wait): the run answers that update as the
 	// claim itself and stays open for it that long (claim.expectStarter).
-	// Empty for runs started by other runs, and for runs started before
-	// the API named it.
+	// Empty for a run started without a waiting request.
 	StarterUpdateID string        `json:",omitempty"`
 	AnswerWait      time.Duration `json:",omitempty"`
 }
@@ -104,12 +103,12 @@ type UseCouponInput struct {
 	// PayoutTimeout is the PAYOUT_TIMEOUT the API runs with; the payout's
 	// attempt timeout derives from it (PayoutAttemptTimeout), and so does
 	// the API's wait for the decision (DecisionDeadline), from the same
-	// value. Zero (runs started before it existed): MaxPayoutTimeout.
+	// value. Zero means MaxPayoutTimeout.
 	PayoutTimeout time.Duration `json:",omitempty"`
 	// AnswerWait is how long the request that started the run waits for its
 	// answer (the API's decision wait). Should that request's update reach
 	// the run late, the run stays open for it this long (UseCoupon). Zero
-	// (runs started before it existed): DecisionDeadline of the use.
+	// means DecisionDeadline of the use.
 	AnswerWait time.Duration `json:",omitempty"`
 }
 

@@ -181,10 +181,6 @@ func (u *use) registerHandlers(ctx workflow.Context) error {
 	})
 }
 
-// starterChangeID versions the wait for the starter's update: runs
-// recorded before it close without waiting.
-const starterChangeID = "await-starter-update"
-
 // awaitStarter keeps an idle run open, up to the starter's own wait
 // (AnswerWait from the first time it is idle), until the update of the
 // request that started it arrives; it returns true once the wait is over
@@ -197,9 +193,6 @@ const starterChangeID = "await-starter-update"
 // as usual.
 func (u *use) awaitStarter(ctx workflow.Context) (over bool) {
 	if u.starterDeadline.IsZero() {
-		if workflow.GetVersion(ctx, starterChangeID, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
-			return true
-		}
 		wait := u.in.AnswerWait
 		if wait <= 0 {
 			wait, _ = DecisionDeadline(ClaimUseCoupon, u.in.PayoutTimeout) // a known kind: no error

@@ -24,8 +24,7 @@ const (
 // in that round, so a duplicate or stale decision (a second concurrent call,
 // a decision for a round already retried) is ignored instead of being
 // applied to whatever the run parks next. A decision without an ID (an
-// operator's `temporal workflow signal --query …` over many runs, or a
-// payload from before the fields existed) applies to the dead letter open
+// operator's `temporal workflow signal --query …` over many runs) applies to the dead letter open
 // when the run takes it; one that arrives while no dead letter is open is
 // dropped (see dropUndecidable). Round 0 with an ID means any round of it.
 type DeadLetterDecision struct {
@@ -35,7 +34,8 @@ type DeadLetterDecision struct {
 }
 
 // parked is the dead letter a run waits on: its row's ID and the round the
-// row recorded.
+// row recorded (it may be ahead of the run's count when an earlier run of
+// the same event dead-lettered it).
 type parked struct {
 	ID    int64
 	Round int
@@ -49,23 +49,6 @@ func (p parked) accepts(d DeadLetterDecision) bool {
 	return d.DeadLetterID == p.ID && (d.Round == 0 || d.Round == p.Round)
 }
 
-// parkedAt is the dead letter RecordDeadLetter (or RecordConsumeDeadLetter)
-// answered with in round: the row's own round when the activity reports it
-// (it may be ahead of the run's count when an earlier run of the same event
-// dead-lettered it), else the run's round (histories recorded before the
-// activity reported it).
-func parkedAt(rec DeadLetterRecord, round int) parked {
-	if rec.Round > 0 {
-		return parked(rec)
-	}
-	return parked{ID: rec.ID, Round: round}
-}
-
-// namedDecisionsChangeID versions dropUndecidable: runs recorded before it
-// took a decision buffered while no dead letter was open at their next
-// round, and replay that way.
-const namedDecisionsChangeID = "dead-letter-decisions-named"
-
 // dropUndecidable discards the decisions that arrived while no dead letter
 // of this run was open (between a decision and the next round's record, or
 // before the first) — duplicates of a decision already taken, or a bulk CLI
@@ -73,9 +56,6 @@ const namedDecisionsChangeID = "dead-letter-decisions-named"
 // is applied to the dead letter about to be recorded. Call it just before
 // recording one: a decision sent once the new row is open arrives after.
 func dropUndecidable(ctx workflow.Context, decisions workflow.ReceiveChannel) {
-	if workflow.GetVersion(ctx, namedDecisionsChangeID, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
-		return
-	}
 	for {
 		var d DeadLetterDecision
 		if !decisions.ReceiveAsync(&d) {
@@ -146,7 +126,7 @@ func publishOrPark(ctx workflow.Context, msg Message, stampFor string, p parking
 			return "", fmt.Errorf("record dead letter for %s: %w", msg.Event.ID, err)
 		}
 		*p.deadLetterID = record.ID
-		open := parkedAt(record, round)
+		open := parked(record)
 		round = open.Round
 		p.park(ctx)
 		workflow.GetLogger(ctx).Error("event dead-lettered; waiting for an operator",

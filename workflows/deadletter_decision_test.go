@@ -97,11 +97,10 @@ func TestDeadLetterDecisionsNameWhatTheyDecide(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			f := newFake().withCourse(courseID, 30, 0)
+			f := reservedFake(30, 0)
 			f.failPublish[workflows.EventEnrollmentConfirmed] = -1
 			env, _ := newEnv(t, f)
 			r := &enrollRun{t: t, env: env, fake: f}
-			r.decision = sendDecision(env, "id-1", 0)
 			signal := func(at time.Duration, ds []workflows.DeadLetterDecision) {
 				if len(ds) == 0 {
 					return

@@ -11,10 +11,10 @@ import (
 type ClaimKind string
 
 const (
-	ClaimEnrollment      ClaimKind = "enrollment"       // an Enrollment run that reserves its own seat
-	ClaimEnrollmentBatch ClaimKind = "enrollment_batch" // an EnrollmentBatch run on the fast path
-	ClaimIssueCoupon     ClaimKind = "issue_coupon"
-	ClaimUseCoupon       ClaimKind = "use_coupon"
+	ClaimEnrollment   ClaimKind = "enrollment"   // a claim in a batch on a desk
+	ClaimCancellation ClaimKind = "cancellation" // a Cancellation run
+	ClaimIssueCoupon  ClaimKind = "issue_coupon"
+	ClaimUseCoupon    ClaimKind = "use_coupon"
 )
 
 // DecisionStep is one activity a run executes before it decides, with the
@@ -81,15 +81,15 @@ func DecisionSteps(kind ClaimKind, payoutTimeout time.Duration) ([]DecisionStep,
 	}
 	switch kind {
 	case ClaimEnrollment:
-		return []DecisionStep{step(ReserveSeat.Name, db.StartToCloseTimeout, db.RetryPolicy)}, nil
-	case ClaimEnrollmentBatch:
-		// The fast path decides after its one publish attempt; when that
-		// fails the durable path decides at once.
-		reserve, fast := batchLocalActivityOptions(), fastLocalActivityOptions()
+		// The desk decides after its one publish attempt; when that fails
+		// it answers "reserved" at once.
+		reserve, fast := localDatabaseActivityOptions(), fastLocalActivityOptions()
 		return []DecisionStep{
 			{Activity: ReserveSeats.Name, Local: true, StartToClose: reserve.StartToCloseTimeout, Policy: reserve.RetryPolicy},
 			{Activity: PublishBatch.Name, Local: true, StartToClose: fast.StartToCloseTimeout, Policy: fast.RetryPolicy},
 		}, nil
+	case ClaimCancellation:
+		return []DecisionStep{step(CancelEnrollment.Name, db.StartToCloseTimeout, db.RetryPolicy)}, nil
 	case ClaimIssueCoupon:
 		return []DecisionStep{step(ReserveCoupon.Name, db.StartToCloseTimeout, db.RetryPolicy)}, nil
 	case ClaimUseCoupon:
@@ -119,10 +119,9 @@ func DecisionSteps(kind ClaimKind, payoutTimeout time.Duration) ([]DecisionStep,
 // waited DecisionDeadline answers with the claim's status URL (202), and
 // the claim finishes on its own.
 //
-// Values with the options in force: enrollment 10 s, enrollment batch 25 s,
+// Values with the options in force: enrollment 25 s, cancellation 10 s,
 // issue coupon 10 s; use coupon 10 s + 4 × (PAYOUT_TIMEOUT + 5 s) + 7 s of
-// backoff + 15 s, that is 72 s for the default 5 s and 112 s for 15 s (and
-// for runs that carry no payout timeout).
+// backoff + 15 s, that is 72 s for the default 5 s and 112 s for 15 s.
 func DecisionDeadline(kind ClaimKind, payoutTimeout time.Duration) (time.Duration, error) {
 	steps, err := DecisionSteps(kind, payoutTimeout)
 	if err != nil {

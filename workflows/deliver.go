@@ -162,8 +162,8 @@ func DeliverEvent(ctx workflow.Context, in DeliverEventInput) (DeliveryState, er
 	c.end(ctx, err, nil)
 	// A delivery that never parked has no ClaimStatus yet; it gets its
 	// outcome in the workflow task that closes the run, which costs no
-	// visibility write (see outcome.go).
-	if state.DeadLetterID == 0 && outcomeVersion(ctx) >= 1 {
+	// visibility write (visibility.go).
+	if state.DeadLetterID == 0 {
 		if state.Status == DeliveryRetrying { // ended before delivering
 			state.Status = DeliveryFailed
 			if temporal.IsCanceledError(err) {
@@ -225,7 +225,7 @@ func deliverEvent(ctx workflow.Context, in DeliverEventInput, state *DeliverySta
 			return fmt.Errorf("record dead letter for %s: %w", in.Event.EventID, err)
 		}
 		state.DeadLetterID = record.ID
-		open := parkedAt(record, round)
+		open := parked(record)
 		round = open.Round
 		setDeliveryStatus(ctx, state, DeliveryDeadLettered)
 		workflow.GetLogger(ctx).Error("notification dead-lettered; waiting for an operator",

@@ -82,7 +82,12 @@ func (f *fakeSink) RecordConsumeDeadLetter(_ context.Context, in workflows.Consu
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.deadLetters = append(f.deadLetters, deadLetterAt{In: in, At: f.now()})
-	return workflows.DeadLetterRecord{ID: deadLetterRowID}, nil
+	// As the real one: the row's rounds, the highest recorded.
+	rounds := 0
+	for _, d := range f.deadLetters {
+		rounds = max(rounds, d.In.Round)
+	}
+	return workflows.DeadLetterRecord{ID: deadLetterRowID, Round: rounds}, nil
 }
 
 func (f *fakeSink) ResolveDeadLetter(_ context.Context, in workflows.ResolveDeadLetterInput) error {

@@ -10,34 +10,33 @@ import (
 	"go.temporal.io/sdk/workflow"
 )
 
-// Group commit. Every Temporal run costs the server CPU of its own, so one
-// run per request caps the claims a small cluster can take. A batch run
-// claims the seats of every request that arrived while the previous batch
-// was in flight: one transaction, one acks=all send, one confirmation, one
-// run — so the cost per enrollment falls with load while each enrollment
-// keeps its own ID, event ID, timestamps and, when something goes wrong, its
-// own Enrollment run with dead letter and compensation.
+// A batch run (EnrollmentBatch, enrollment-batch:<batch id>) finishes the
+// claims of one batch that hold a seat but whose event is not out: the
+// desk starts it when its publish failed, and RecoverReservations starts it
+// for reservations nobody finishes (a desk's workflow task that committed
+// its reservation and then was lost). It publishes on the retry policy and
+// confirms; when the policy is spent, each enrollment goes on in a run of
+// its own, which dead-letters it and waits for an operator.
 
-// EnrollmentBatchWorkflowID names a batch; batch IDs are time-ordered UUIDs
-// chosen by the API instance that collected the batch.
+// EnrollmentBatchWorkflowID names the run of a batch; batch IDs are
+// time-ordered UUIDs chosen by the API instance that collected the batch.
 func EnrollmentBatchWorkflowID(batchID string) string {
 	return "enrollment-batch:" + batchID
 }
 
+// EnrollmentBatchInput is a batch's reserved claims, each with the batch's
+// ID and the time on its events (EnrollmentInput.OccurredAt).
 type EnrollmentBatchInput struct {
 	BatchID string
 	Claims  []EnrollmentInput
-	// ConfirmBeforeAnswer takes the fast path: publish and confirm before
-	// the decision goes out. The API sets it; runs recorded before it
-	// existed replay without it, on the path they took. (A GetVersion
-	// marker would do the same but costs every run a search-attribute
-	// upsert, one more visibility write on the Temporal server.)
-	ConfirmBeforeAnswer bool `json:",omitempty"`
-	// CollectedAt is when the API closed the batch; a desk run
-	// (EnrollmentDesk) stamps the batch's events with it, where a batch
-	// run uses its own start time. Both are in the run's history, so a
-	// retried workflow task publishes the same payload.
-	CollectedAt time.Time `json:",omitzero"`
+}
+
+// BatchState is what the batch run's status query returns.
+type BatchState struct {
+	BatchID   string
+	Claims    int
+	Status    EnrollmentStatus
+	HandedOff []string `json:",omitempty"` // enrollments whose publish went to their own run
 }
 
 // ReserveSeatsInput claims seats for many students at once. Decisions come
@@ -62,8 +61,8 @@ type PublishBatchInput struct {
 	Messages      []Message
 	EnrollmentIDs []string // parallel to Messages
 	// FailFast asks for an immediate error, without a send, while the
-	// broker was failing moments ago: the caller has a durable path to
-	// fall back on and should not wait on a broker that is down.
+	// broker was failing moments ago: the desk has a durable path to hand
+	// the batch to and should not wait on a broker that is down.
 	FailFast bool `json:",omitempty"`
 	// Confirm confirms each acknowledged enrollment in the statement that
 	// records its publish: one write per enrollment instead of two.
@@ -76,76 +75,27 @@ type PublishBatchInput struct {
 	Published      []string `json:",omitempty"`
 }
 
-// BatchState is what the batch's status query returns.
-type BatchState struct {
-	BatchID  string
-	Claims   int
-	Reserved int
-	Refused  int
-	// Waitlisted claims joined their course's waitlist.
-	Waitlisted int `json:",omitempty"`
-	Status     EnrollmentStatus
-	HandedOff  []string `json:",omitempty"` // enrollments whose publish went to their own run
-}
-
-// EnrollmentBatch is the group-commit saga. Its decision update returns
-// one Decision per claim, in order.
+// EnrollmentBatch publishes and confirms a batch's reserved claims.
 func EnrollmentBatch(ctx workflow.Context, in EnrollmentBatchInput) (BatchState, error) {
-	// A batch keeps ClaimStatus "pending" (set by whoever starts it) while
-	// it runs and sets its outcome as it closes (batchOutcome), when that
-	// costs no visibility write.
-	c := &claim[BatchState, []Decision]{state: BatchState{BatchID: in.BatchID, Claims: len(in.Claims), Status: StatusPending}}
-	if err := c.register(ctx, same[[]Decision]); err != nil {
+	c := &claim[BatchState, struct{}]{state: BatchState{BatchID: in.BatchID, Claims: len(in.Claims), Status: StatusReserved}}
+	if err := c.register(ctx, nil); err != nil {
 		return c.state, err
 	}
-	err := runBatch(ctx, in, &c.state, func(d []Decision) { c.decide(ctx, d) }, publishInRun)
-	c.end(ctx, err, func(err error) []Decision {
-		d := make([]Decision, len(in.Claims))
-		for i, claim := range in.Claims {
-			d[i] = undecided(claim.EnrollmentID, err)
-		}
-		return d
-	})
-	// Nothing may block from here on: the upsert must share the workflow
-	// task that closes the run (see outcome.go).
-	batchCurrentDetails(ctx, c.state, *c.decision)
-	if outcomeVersion(ctx) >= 1 {
-		outcomeOfBatch(in.Claims, *c.decision, c.state.Status).upsert(ctx)
+	err := finishBatch(ctx, in, &c.state)
+	if err != nil && c.state.Status == StatusReserved {
+		c.state.Status = StatusFailed
 	}
+	c.end(ctx, err, nil)
+	// In the task that closes the run, so it costs no visibility write of
+	// its own (visibility.go).
+	upsertClaimStatus(ctx, string(c.state.Status))
 	return c.state, err
 }
 
-// batchLocalOptions: database steps of a batch run as local activities in
-// the worker that holds the workflow task, sparing a task round trip each.
-func batchLocalOptions(ctx workflow.Context) workflow.Context {
-	return workflow.WithLocalActivityOptions(ctx, batchLocalActivityOptions())
-}
-
-func batchLocalActivityOptions() workflow.LocalActivityOptions {
-	return workflow.LocalActivityOptions{StartToCloseTimeout: 10 * time.Second, RetryPolicy: databaseRetryPolicy}
-}
-
-// durablePublish publishes a decided batch's events when the fast path did
-// not: in the batch run itself (publishInRun), or in a run of their own
-// (the desk's publishInChild). It owns the saga from there on.
-type durablePublish func(ctx workflow.Context, in EnrollmentBatchInput, b decidedBatch, s *saga, state *BatchState) error
-
-// decidedBatch is what a batch holds once its seats are reserved.
-type decidedBatch struct {
-	granted     []EnrollmentInput
-	reservedIDs []string
-	publish     PublishBatchInput
-	occurredAt  time.Time
-}
-
-func runBatch(ctx workflow.Context, in EnrollmentBatchInput, state *BatchState, decide func([]Decision), durable durablePublish) (err error) {
-	info := workflow.GetInfo(ctx)
-	// Until ReserveSeats answers, any claim may hold a seat (its commit may
-	// have happened with the answer lost); releasing an ID that holds none
-	// is a no-op, so the compensation starts with all of them.
-	reservedIDs := make([]string, 0, len(in.Claims))
-	for _, c := range in.Claims {
-		reservedIDs = append(reservedIDs, c.EnrollmentID)
+func finishBatch(ctx workflow.Context, in EnrollmentBatchInput, state *BatchState) (err error) {
+	ids := make([]string, len(in.Claims))
+	for i, c := range in.Claims {
+		ids[i] = c.EnrollmentID
 	}
 	var s saga
 	// An operator's cancel before the events are out gives the seats back.
@@ -155,174 +105,81 @@ func runBatch(ctx workflow.Context, in EnrollmentBatchInput, state *BatchState, 
 		return err
 	})
 	s.add(func(ctx workflow.Context) error {
-		return ReleaseSeats.Execute(compensationOptions(ctx), reservedIDs)
+		return ReleaseSeats.Execute(compensationOptions(ctx), ids)
 	})
-	reserved, err := ReserveSeats.ExecuteLocal(batchLocalOptions(ctx), ReserveSeatsInput{
-		Claims: in.Claims, WorkflowID: info.WorkflowExecution.ID, RunID: info.WorkflowExecution.RunID,
-	})
-	if err != nil {
-		return fmt.Errorf("reserve seats of batch %s: %w", in.BatchID, err)
-	}
-	if len(reserved.Decisions) != len(in.Claims) {
-		return fmt.Errorf("reserve seats of batch %s: %d decisions for %d claims", in.BatchID, len(reserved.Decisions), len(in.Claims))
-	}
-	var granted []EnrollmentInput
-	reservedIDs = nil
-	for i, d := range reserved.Decisions {
-		switch d.Status {
-		case StatusReserved:
-			granted = append(granted, in.Claims[i])
-			reservedIDs = append(reservedIDs, d.EnrollmentID)
-		case StatusWaitlisted:
-			state.Waitlisted++
-		}
-	}
-	state.Reserved, state.Refused = len(granted), len(in.Claims)-len(granted)-state.Waitlisted
-	state.Status = StatusReserved
-	batchCurrentDetails(ctx, *state, reserved.Decisions)
-	if len(granted) == 0 {
-		decide(reserved.Decisions)
-		s.forget()
-		state.Status = StatusRefused
-		return nil
-	}
-
-	// The run's start time, not workflow.Now: if a worker dies after the
-	// fast path's local publish but before the workflow task completes, the
-	// task runs again with a later clock, and the copy it publishes must
-	// carry the same payload as the first (copies share event_id and
-	// payload; docs/testing.md, "The delivery guarantee").
-	occurredAt := workflow.GetInfo(ctx).WorkflowStartTime.UTC()
-	if !in.CollectedAt.IsZero() {
-		occurredAt = in.CollectedAt.UTC()
-	}
-	publish := PublishBatchInput{}
-	for _, c := range granted {
-		at := occurredAt
-		if !c.OccurredAt.IsZero() {
-			at = c.OccurredAt.UTC() // its own batch's time, in a desk's merged batch
-		}
-		publish.Messages = append(publish.Messages, Message{Topic: EnrollmentTopic, Key: c.CourseID, Event: Event{
-			ID:         EventID(c.EnrollmentID, EventEnrollmentConfirmed),
-			Type:       EventEnrollmentConfirmed,
-			OccurredAt: at,
-			Data: map[string]any{
-				"enrollment_id": c.EnrollmentID, "course_id": c.CourseID, "student_id": c.StudentID,
-			},
-		}})
-		publish.EnrollmentIDs = append(publish.EnrollmentIDs, c.EnrollmentID)
-	}
-	if in.ConfirmBeforeAnswer {
-		// The fast path: publish and confirm in this workflow task, in one
-		// local-activity attempt, before the decision goes out. The answer
-		// then says "confirmed", the event is out milliseconds after the
-		// seat was recorded, and the run ends in one workflow task instead
-		// of two plus an activity task. Any failure falls back to the
-		// durable path below, which answers "reserved" at once, retries on
-		// the publish policy and confirms what it has not.
-		fast := publish
-		fast.FailFast, fast.Confirm = true, true
-		// ReserveSeats has just read which events are out, in this task.
-		fast.PublishedKnown, fast.Published = true, reserved.Published
-		err := PublishBatch.ExecuteLocal(fastLocalOptions(ctx), fast)
-		if temporal.IsCanceledError(err) {
-			return err
-		}
-		if err == nil {
-			s.forget()
-			decide(confirmed(reserved.Decisions))
-			state.Status = StatusConfirmed
-			return nil
-		}
-	}
-	decide(reserved.Decisions)
-	return durable(ctx, in, decidedBatch{granted: granted, reservedIDs: reservedIDs, publish: publish, occurredAt: occurredAt}, &s, state)
-}
-
-// publishInRun is the batch run's durable path: the publish activity on its
-// retry policy, then the confirmation; when the policy is spent, each
-// enrollment goes on in a run of its own.
-func publishInRun(ctx workflow.Context, in EnrollmentBatchInput, b decidedBatch, s *saga, state *BatchState) error {
-	err := PublishBatch.Execute(publishOptions(ctx), b.publish)
+	err = PublishBatch.Execute(publishOptions(ctx), confirmedEvents(in.Claims))
 	if temporal.IsCanceledError(err) {
 		return err
 	}
 	if err != nil {
 		// The publish policy is spent. Each enrollment goes on in a run of
-		// its own, which dead-letters it and waits for an operator, exactly
-		// as a single enrollment would; this batch is done with them.
+		// its own, which dead-letters it and waits for an operator; this
+		// batch is done with them.
 		s.forget()
-		state.Status = StatusDeadLettered
-		return handOff(ctx, b.granted, b.occurredAt, state)
+		state.Status = StatusHandedOff
+		return handOff(ctx, in.Claims, state)
 	}
-
 	// The events are out: the seats belong to the students.
 	s.forget()
 	cctx, cancel := workflow.NewDisconnectedContext(ctx)
 	defer cancel()
-	if err := ConfirmBatch.ExecuteLocal(batchLocalOptions(cctx), b.reservedIDs); err != nil {
+	if err := ConfirmBatch.ExecuteLocal(localDatabaseOptions(cctx), ids); err != nil {
 		return fmt.Errorf("confirm batch %s: %w", in.BatchID, err)
 	}
 	state.Status = StatusConfirmed
 	return nil
 }
 
-// fastLocalOptions: one attempt, bounded like the publish activity; the
-// durable path owns retries.
+// handOff starts an Enrollment run per enrollment, which publishes its
+// events (the same payload as any copy already out) and dead-letters them.
+// The runs outlive this one (ParentClosePolicy abandon): an operator may
+// take days to decide about a dead letter.
+func handOff(ctx workflow.Context, claims []EnrollmentInput, state *BatchState) error {
+	futures := make([]workflow.ChildWorkflowFuture, len(claims))
+	for i, c := range claims {
+		futures[i] = startEnrollment(ctx, c)
+		state.HandedOff = append(state.HandedOff, c.EnrollmentID)
+	}
+	for i, f := range futures {
+		// Wait for the start only; the child's outcome is its own.
+		if err := f.GetChildWorkflowExecution().Get(ctx, nil); err != nil && !temporal.IsWorkflowExecutionAlreadyStartedError(err) {
+			return fmt.Errorf("hand enrollment %s to its own run: %w", claims[i].EnrollmentID, err)
+		}
+	}
+	slices.Sort(state.HandedOff)
+	return nil
+}
+
+// startEnrollment starts the Enrollment run of one reserved enrollment, as
+// a child that outlives its starter.
+func startEnrollment(ctx workflow.Context, c EnrollmentInput) workflow.ChildWorkflowFuture {
+	list := ClaimListOf([]EnrollmentInput{c})
+	cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{
+		WorkflowID:            EnrollmentWorkflowID(c),
+		ParentClosePolicy:     enumspb.PARENT_CLOSE_POLICY_ABANDON,
+		WorkflowIDReusePolicy: enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
+		TypedSearchAttributes: list.startAttributes(StatusReserved),
+	})
+	return workflow.ExecuteChildWorkflow(cctx, Enrollment, c)
+}
+
+// localDatabaseOptions: database steps of the desk and the batch run run as
+// local activities in the worker that holds the workflow task, sparing a
+// task round trip each.
+func localDatabaseOptions(ctx workflow.Context) workflow.Context {
+	return workflow.WithLocalActivityOptions(ctx, localDatabaseActivityOptions())
+}
+
+func localDatabaseActivityOptions() workflow.LocalActivityOptions {
+	return workflow.LocalActivityOptions{StartToCloseTimeout: 10 * time.Second, RetryPolicy: databaseRetryPolicy}
+}
+
+// fastLocalOptions: the desk's publish gets one attempt, bounded like the
+// publish activity; the batch run owns retries.
 func fastLocalOptions(ctx workflow.Context) workflow.Context {
 	return workflow.WithLocalActivityOptions(ctx, fastLocalActivityOptions())
 }
 
 func fastLocalActivityOptions() workflow.LocalActivityOptions {
 	return workflow.LocalActivityOptions{StartToCloseTimeout: 15 * time.Second, RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: 1}}
-}
-
-// confirmed turns the reserved decisions of a batch whose events are out
-// and whose enrollments are confirmed into confirmed ones.
-func confirmed(decisions []Decision) []Decision {
-	out := slices.Clone(decisions)
-	for i := range out {
-		if out[i].Status == StatusReserved {
-			out[i].Status = StatusConfirmed
-		}
-	}
-	return out
-}
-
-// handOff starts an Enrollment run per enrollment, from its publish step on,
-// with the batch's event time.
-// The children outlive this run (ParentClosePolicy abandon): an operator may
-// take days to decide about a dead letter.
-func handOff(ctx workflow.Context, granted []EnrollmentInput, occurredAt time.Time, state *BatchState) error {
-	var futures []workflow.ChildWorkflowFuture
-	for _, c := range granted {
-		// Some of the batch's events may be on the topic already (a
-		// publish whose acks were lost): the child's copy must match.
-		c.Reserved = true
-		if c.OccurredAt.IsZero() { // a desk's claims carry their batch's time
-			c.OccurredAt = occurredAt
-		}
-		cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{
-			// The enrollment ID keeps the child apart from any earlier run
-			// of the same student and course still finishing its own work.
-			WorkflowID:            EnrollmentWorkflowID(c.CourseID, c.StudentID) + ":" + c.EnrollmentID,
-			ParentClosePolicy:     enumspb.PARENT_CLOSE_POLICY_ABANDON,
-			WorkflowIDReusePolicy: enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
-			TypedSearchAttributes: temporal.NewSearchAttributes(
-				SearchCourseID.ValueSet([]string{c.CourseID}),
-				SearchStudentID.ValueSet([]string{c.StudentID}),
-				SearchClaimStatus.ValueSet(string(StatusReserved)),
-			),
-		})
-		futures = append(futures, workflow.ExecuteChildWorkflow(cctx, Enrollment, c))
-		state.HandedOff = append(state.HandedOff, c.EnrollmentID)
-	}
-	for i, f := range futures {
-		// Wait for the start only; the child's outcome is its own.
-		if err := f.GetChildWorkflowExecution().Get(ctx, nil); err != nil {
-			return fmt.Errorf("hand enrollment %s to its own run: %w", granted[i].EnrollmentID, err)
-		}
-	}
-	slices.Sort(state.HandedOff)
-	return nil
 }

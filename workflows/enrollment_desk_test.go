@@ -17,7 +17,7 @@ import (
 )
 
 // sendDeskBatch sends batch to the desk after delay, as the API does.
-func sendDeskBatch(env *testsuite.TestWorkflowEnvironment, b workflows.EnrollmentBatchInput, delay time.Duration) *batchDecisionCall {
+func sendDeskBatch(env *testsuite.TestWorkflowEnvironment, b workflows.DeskBatch, delay time.Duration) *batchDecisionCall {
 	c := &batchDecisionCall{}
 	env.RegisterDelayedCallback(func() {
 		env.UpdateWorkflow(workflows.UpdateDeskBatch, b.BatchID, &testsuite.TestUpdateCallback{
@@ -40,15 +40,14 @@ func sendDeskBatch(env *testsuite.TestWorkflowEnvironment, b workflows.Enrollmen
 	return c
 }
 
-func deskBatch(id string, claims ...workflows.EnrollmentInput) workflows.EnrollmentBatchInput {
-	return workflows.EnrollmentBatchInput{BatchID: id, Claims: claims, ConfirmBeforeAnswer: true, CollectedAt: testStart}
+func deskBatch(id string, claims ...workflows.EnrollmentInput) workflows.DeskBatch {
+	return workflows.DeskBatch{BatchID: id, Claims: claims, CollectedAt: testStart}
 }
 
 func TestEnrollmentDesk(t *testing.T) {
 	t.Run("decides each batch on the fast path and continues as new after its batches", func(t *testing.T) {
 		f := newBatchFake().withCourse(courseID, 3, 1)
 		env, _ := newBatchEnv(t, f)
-		env.RegisterWorkflow(workflows.EnrollmentDesk)
 		first := sendDeskBatch(env, deskBatch("b-1", claim("enr-1", courseID, "stu-1"), claim("enr-2", courseID, "stu-2")), 0)
 		// The course has two seats left: the third claim is refused.
 		second := sendDeskBatch(env, deskBatch("b-2", claim("enr-3", courseID, "stu-3"), claim("enr-4", noCourse, "stu-4")), time.Second)
@@ -70,17 +69,29 @@ func TestEnrollmentDesk(t *testing.T) {
 		for _, m := range f.publishedMessages() {
 			assert.True(t, m.Event.OccurredAt.Equal(testStart), "events carry the batch's CollectedAt, not the desk's start")
 		}
-		assert.Empty(t, f.confirmBatchCalls(), "the fast path confirms as it publishes")
+		assert.Empty(t, f.confirmBatchCalls(), "the desk confirms as it publishes")
+		calls := f.reserveSeatsCalls()
+		require.Len(t, calls, 2, "one reservation a batch")
+		assert.Equal(t, testWorkflowID, calls[0].WorkflowID, "the rows name the desk's run")
+		for i, c := range calls[0].Claims {
+			assert.Equal(t, "b-1", c.BatchID, "claim %d names its batch", i)
+			assert.True(t, c.OccurredAt.Equal(testStart), "claim %d carries its batch's time", i)
+		}
+		fast := f.fastPublishAttempts()
+		require.Len(t, fast, 1, "the second batch granted nothing: nothing to publish")
+		assert.True(t, fast[0].In.FailFast && fast[0].In.Confirm && fast[0].In.PublishedKnown,
+			"one attempt, confirming as it publishes, told what is out")
 	})
 
 	t.Run("a failed fast path answers reserved and hands the batch to a run of its own", func(t *testing.T) {
 		f := newBatchFake().withCourse(courseID, 30, 2)
 		f.failBatch = 1 // the fast path does not send; the batch run's first durable attempt fails, its retry sends
 		env, _ := newBatchEnv(t, f)
-		env.RegisterWorkflow(workflows.EnrollmentDesk)
 		var children []string
-		env.SetOnChildWorkflowStartedListener(func(info *workflow.Info, _ workflow.Context, _ converter.EncodedValues) {
+		var handed workflows.EnrollmentBatchInput
+		env.SetOnChildWorkflowStartedListener(func(info *workflow.Info, _ workflow.Context, args converter.EncodedValues) {
 			children = append(children, info.WorkflowExecution.ID)
+			assert.NoError(t, args.Get(&handed))
 		})
 		pairGranted := pairClaims()[:2]
 		pairDecisions := []workflows.Decision{reserved("enr-2"), reserved("enr-1"),
@@ -100,12 +111,17 @@ func TestEnrollmentDesk(t *testing.T) {
 			got[i].Message = ""
 		}
 		assert.Equal(t, pairDecisions, got, "reserved at once, the refusal as it is")
-		assert.Equal(t, []string{workflows.EnrollmentBatchWorkflowID("b-1")}, children, "one batch run takes the durable path")
+		assert.Equal(t, []string{workflows.EnrollmentBatchWorkflowID("b-1")}, children, "the batch's run publishes")
+		assert.Equal(t, "b-1", handed.BatchID)
+		assert.Equal(t, idsOf(pairGranted), idsOf(handed.Claims), "the reserved claims alone")
+		for _, c := range handed.Claims {
+			assert.True(t, c.OccurredAt.Equal(testStart) && c.BatchID == "b-1", "%s carries its batch and time", c.EnrollmentID)
+		}
 		for _, c := range pairGranted {
 			assert.Equal(t, workflows.StatusConfirmed, f.enrollment(c.EnrollmentID).Status, "the batch run published and confirmed")
 		}
 		assert.Len(t, f.publishedMessages(), len(pairGranted), "each event once")
-		assert.Equal(t, 4, f.seatsTaken(courseID), "the batch run's reservation found the desk's seats")
+		assert.Equal(t, 4, f.seatsTaken(courseID), "two seats taken, by the desk alone")
 	})
 
 	// The test environment hands each update to a workflow task of its
@@ -114,7 +130,6 @@ func TestEnrollmentDesk(t *testing.T) {
 	t.Run("claims of later batches meet the earlier ones, and each event carries its batch's time", func(t *testing.T) {
 		f := newBatchFake().withCourse(courseID, 30, 0)
 		env, _ := newBatchEnv(t, f)
-		env.RegisterWorkflow(workflows.EnrollmentDesk)
 		second := testStart.Add(time.Second)
 		b1 := deskBatch("b-1", claim("enr-1", courseID, "stu-1"))
 		b2 := deskBatch("b-2", claim("enr-2", courseID, "stu-2"), claim("enr-3", courseID, "stu-1"))
@@ -146,7 +161,6 @@ func TestEnrollmentDesk(t *testing.T) {
 	t.Run("a cancel closes the desk after the batches it holds", func(t *testing.T) {
 		f := newBatchFake().withCourse(courseID, 30, 0)
 		env, _ := newBatchEnv(t, f)
-		env.RegisterWorkflow(workflows.EnrollmentDesk)
 		call := sendDeskBatch(env, deskBatch("b-1", claim("enr-1", courseID, "stu-1")), 0)
 		env.RegisterDelayedCallback(env.CancelWorkflow, time.Second)
 
@@ -160,8 +174,7 @@ func TestEnrollmentDesk(t *testing.T) {
 	t.Run("an empty batch is rejected", func(t *testing.T) {
 		f := newBatchFake().withCourse(courseID, 30, 0)
 		env, _ := newBatchEnv(t, f)
-		env.RegisterWorkflow(workflows.EnrollmentDesk)
-		call := sendDeskBatch(env, workflows.EnrollmentBatchInput{BatchID: "b-0"}, 0)
+		call := sendDeskBatch(env, workflows.DeskBatch{BatchID: "b-0", CollectedAt: testStart}, 0)
 		env.RegisterDelayedCallback(env.CancelWorkflow, time.Second)
 
 		env.ExecuteWorkflow(workflows.EnrollmentDesk, workflows.EnrollmentDeskInput{})
@@ -177,7 +190,6 @@ func TestEnrollmentDeskTellsWhatItDecided(t *testing.T) {
 	t.Run("the closing run lists the students it confirmed and refused", func(t *testing.T) {
 		f := newBatchFake().withCourse(courseID, 3, 1)
 		env, upserts := newBatchEnv(t, f)
-		env.RegisterWorkflow(workflows.EnrollmentDesk)
 		sendDeskBatch(env, deskBatch("b-1", claim("enr-1", courseID, "stu-1"), claim("enr-2", courseID, "stu-2")), 0)
 		sendDeskBatch(env, deskBatch("b-2", claim("enr-3", courseID, "stu-3"), claim("enr-4", noCourse, "stu-4")), time.Second)
 
@@ -207,7 +219,6 @@ func TestEnrollmentDeskTellsWhatItDecided(t *testing.T) {
 				f := newBatchFake().withCourse(courseID, 30, 0)
 				f.failBatch = tc.failBatch
 				env, upserts := newBatchEnv(t, f)
-				env.RegisterWorkflow(workflows.EnrollmentDesk)
 				sendDeskBatch(env, deskBatch("b-1", tc.claims...), 0)
 				// Closed by a cancel once a handed-off batch's run is done
 				// (the test environment ends a closed parent's children),
@@ -227,7 +238,6 @@ func TestEnrollmentDeskTellsWhatItDecided(t *testing.T) {
 	t.Run("a run closes DiscloseWithin after its first decision", func(t *testing.T) {
 		f := newBatchFake().withCourse(courseID, 30, 0)
 		env, upserts := newBatchEnv(t, f)
-		env.RegisterWorkflow(workflows.EnrollmentDesk)
 		sendDeskBatch(env, deskBatch("b-1", claim("enr-1", courseID, "stu-1")), time.Minute)
 		late := sendDeskBatch(env, deskBatch("b-2", claim("enr-2", courseID, "stu-2")), time.Minute+6*time.Second)
 		began := env.Now()
@@ -247,47 +257,85 @@ func TestEnrollmentDeskTellsWhatItDecided(t *testing.T) {
 		assert.Equal(t, []string{"stu-1"}, outcomeOf(all[0]).StudentIDs)
 	})
 
-	t.Run("a batch that might not fit is rejected, and a run closes when two of its largest might not", func(t *testing.T) {
-		f := newBatchFake().withCourse(courseID, 30, 0)
-		env, upserts := newBatchEnv(t, f)
-		env.RegisterWorkflow(workflows.EnrollmentDesk)
-		// Each student is 8 bytes ("stu-1" quoted, a comma), the course 8;
-		// the budget is 50. The largest batch decided adds 16 bytes, so the
-		// run closes once its list passes 50 - 2×16 = 18.
-		first := sendDeskBatch(env, deskBatch("b-1", claim("enr-1", courseID, "stu-1"), claim("enr-2", courseID, "stu-2")), 0)
-		big := sendDeskBatch(env, deskBatch("b-2", claim("enr-3", courseID, "stu-3"), claim("enr-4", courseID, "stu-4"),
-			claim("enr-5", courseID, "stu-5"), claim("enr-6", courseID, "stu-6"), claim("enr-7", courseID, "stu-7")), time.Second)
-		small := sendDeskBatch(env, deskBatch("b-3", claim("enr-8", courseID, "stu-8")), 2*time.Second)
-		after := sendDeskBatch(env, deskBatch("b-4", claim("enr-9", courseID, "stu-9")), 3*time.Second)
-		began := env.Now()
+	t.Run("a batch that might not fit is turned away and the run closes; a run closes when two of its largest might not", func(t *testing.T) {
+		for _, tc := range []struct {
+			name string
+			// batches sent one second apart
+			batches []workflows.DeskBatch
+			// wantDecided: how many batches the run decided; the next one
+			// is turned away DeskFull by the handler, the rest by the
+			// validator while the run closes.
+			wantDecided  int
+			wantStudents []string
+		}{
+			{
+				// Each student is 8 bytes ("stu-1" quoted, a comma), the
+				// course 8; the budget is 50. 16 + 40 bytes do not fit.
+				name: "too large: turned away",
+				batches: []workflows.DeskBatch{
+					deskBatch("b-1", claim("enr-1", courseID, "stu-1"), claim("enr-2", courseID, "stu-2")),
+					deskBatch("b-2", claim("enr-3", courseID, "stu-3"), claim("enr-4", courseID, "stu-4"),
+						claim("enr-5", courseID, "stu-5"), claim("enr-6", courseID, "stu-6"), claim("enr-7", courseID, "stu-7")),
+					deskBatch("b-3", claim("enr-8", courseID, "stu-8")),
+				},
+				wantDecided: 1, wantStudents: []string{"stu-1", "stu-2"},
+			},
+			{
+				// The largest batch decided adds 16 bytes: after 16 + 8
+				// the list leaves less than 2 × 16 of 50, and the run
+				// closes without turning anything away.
+				name: "nearly full: closes",
+				batches: []workflows.DeskBatch{
+					deskBatch("b-1", claim("enr-1", courseID, "stu-1"), claim("enr-2", courseID, "stu-2")),
+					deskBatch("b-2", claim("enr-3", courseID, "stu-3")),
+					deskBatch("b-3", claim("enr-4", courseID, "stu-4")),
+				},
+				wantDecided: 2, wantStudents: []string{"stu-1", "stu-2", "stu-3"},
+			},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				f := newBatchFake().withCourse(courseID, 30, 0)
+				env, upserts := newBatchEnv(t, f)
+				var calls []*batchDecisionCall
+				for i, b := range tc.batches {
+					calls = append(calls, sendDeskBatch(env, b, time.Duration(i)*time.Second))
+				}
+				began := env.Now()
 
-		env.ExecuteWorkflow(workflows.EnrollmentDesk, workflows.EnrollmentDeskInput{AttrBytes: 50, DiscloseWithin: time.Hour})
+				env.ExecuteWorkflow(workflows.EnrollmentDesk, workflows.EnrollmentDeskInput{AttrBytes: 50, DiscloseWithin: time.Hour})
 
-		assert.Less(t, env.Now().Sub(began), time.Minute, "closed when full, not by the hour's timer")
-
-		var can *workflow.ContinueAsNewError
-		require.True(t, errors.As(env.GetWorkflowError(), &can), "got %v", env.GetWorkflowError())
-		assert.Len(t, first.result(t), 2)
-		big.mu.Lock()
-		var app *temporal.ApplicationError
-		if assert.True(t, errors.As(big.rejected, &app), "16 + 40 bytes exceed 50: rejected, got %v", big.rejected) {
-			assert.Equal(t, workflows.DeskFullErrorType, app.Type())
+				assert.Less(t, env.Now().Sub(began), time.Minute, "closed when full, not by the hour's timer")
+				var can *workflow.ContinueAsNewError
+				require.True(t, errors.As(env.GetWorkflowError(), &can), "got %v", env.GetWorkflowError())
+				for i, c := range calls {
+					c.mu.Lock()
+					var app *temporal.ApplicationError
+					switch {
+					case i < tc.wantDecided:
+						assert.True(t, c.completed && c.err == nil, "batch %d decided (%v)", i, c.err)
+					case i == tc.wantDecided && tc.wantDecided == 1:
+						if assert.True(t, errors.As(c.err, &app), "batch %d turned away, got %v", i, c.err) {
+							assert.Equal(t, workflows.DeskFullErrorType, app.Type())
+						}
+					default:
+						assert.False(t, c.completed && c.err == nil, "batch %d after the close goes to the next run", i)
+						if c.rejected != nil && assert.True(t, errors.As(c.rejected, &app)) {
+							assert.Equal(t, workflows.DeskFullErrorType, app.Type(), "turned away while the run closes")
+						}
+					}
+					c.mu.Unlock()
+				}
+				all := upserts.all()
+				require.Len(t, all, 1)
+				assert.Equal(t, tc.wantStudents, outcomeOf(all[0]).StudentIDs)
+				assert.Equal(t, tc.wantDecided, f.callCount(workflows.ReserveSeats.Name), "what was turned away reserved nothing")
+			})
 		}
-		big.mu.Unlock()
-		assert.Len(t, small.result(t), 1, "16 + 8 bytes fit: 16 + 2×16 is not over 50, the run took it")
-		after.mu.Lock()
-		assert.False(t, after.accepted, "24 + 2×16 is over 50: the run closed, the next batch goes to the next run")
-		after.mu.Unlock()
-		all := upserts.all()
-		require.Len(t, all, 1)
-		assert.Equal(t, []string{"stu-1", "stu-2", "stu-8"}, outcomeOf(all[0]).StudentIDs)
-		assert.Equal(t, 2, f.callCount(workflows.ReserveSeats.Name), "the rejected batch reserved nothing")
 	})
 
 	t.Run("a run clears what it continued from its previous run", func(t *testing.T) {
 		f := newBatchFake().withCourse(courseID, 30, 0)
 		env, upserts := newBatchEnv(t, f)
-		env.RegisterWorkflow(workflows.EnrollmentDesk)
 		require.NoError(t, env.SetTypedSearchAttributesOnStart(temporal.NewSearchAttributes(
 			workflows.SearchClaimStatus.ValueSet("confirmed"), workflows.SearchStudentID.ValueSet([]string{"stu-0"}))))
 		sendDeskBatch(env, deskBatch("b-1", claim("enr-1", courseID, "stu-1")), 0)

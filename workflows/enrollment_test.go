@@ -42,13 +42,22 @@ func wantEvent(t *testing.T, msg workflows.Message, eventType string) {
 }
 
 type enrollRun struct {
-	t        *testing.T
-	env      *testsuite.TestWorkflowEnvironment
-	fake     *fakeActivities
-	claims   *claimStatuses
-	decision *decisionCall
+	t      *testing.T
+	env    *testsuite.TestWorkflowEnvironment
+	fake   *fakeActivities
+	claims *claimStatuses
+	// promotions are the Promotion children the run started.
+	promotions *[]workflows.PromoteWaitlistInput
 	// dlState is the status query taken while the run waited dead-lettered.
 	dlState *workflows.EnrollmentState
+}
+
+// reservedFake is a course with an enrollment of enrollInput() reserved in
+// it (by a batch that handed it over, or a promotion), taken more seats
+// taken besides.
+func reservedFake(capacity, taken int) *fakeActivities {
+	return newFake().withCourse(courseID, capacity, taken).
+		withEnrollment(enrollmentID, courseID, studentID, workflows.StatusReserved)
 }
 
 // queryAt records the status query at workflow time testStart+at.
@@ -59,6 +68,10 @@ func (r *enrollRun) queryAt(at time.Duration) {
 	}, at)
 }
 
+// TestEnrollment: the run of one reserved enrollment publishes
+// enrollment.confirmed and confirms it; a spent publish policy parks it as a
+// dead letter until an operator retries or compensates; a cancel gives the
+// seat back.
 func TestEnrollment(t *testing.T) {
 	const (
 		dlAt     = time.Minute     // operator's first signal; the first dead letter is at 7s
@@ -67,9 +80,9 @@ func TestEnrollment(t *testing.T) {
 	tests := []struct {
 		name string
 		fake func() *fakeActivities
+		in   func() workflows.EnrollmentInput // enrollInput() when nil
 		// act schedules signals, queries and cancellations.
 		act          func(r *enrollRun)
-		wantDecision workflows.Decision
 		wantState    workflows.EnrollmentState
 		wantCanceled bool
 		// wantClaims is every ClaimStatus upserted, in order (nil: not checked here)
@@ -77,104 +90,70 @@ func TestEnrollment(t *testing.T) {
 		check      func(t *testing.T, r *enrollRun)
 	}{
 		{
-			name:         "seat reserved, event published, enrollment confirmed",
-			fake:         func() *fakeActivities { return newFake().withCourse(courseID, 30, 5) },
-			wantDecision: workflows.Decision{EnrollmentID: enrollmentID, Status: workflows.StatusReserved},
-			wantState:    state(workflows.StatusConfirmed),
-			wantClaims:   []string{"reserved", "confirmed"},
+			name:       "event published, enrollment confirmed",
+			fake:       func() *fakeActivities { return reservedFake(30, 5) },
+			wantState:  state(workflows.StatusConfirmed),
+			wantClaims: []string{"confirmed"},
 			check: func(t *testing.T, r *enrollRun) {
 				f := r.fake
-				require.Len(t, f.reserveInputs, 1)
-				assert.Equal(t, workflows.ReserveSeatInput{EnrollmentID: enrollmentID, CourseID: courseID,
-					StudentID: studentID, WorkflowID: testWorkflowID, RunID: f.reserveInputs[0].RunID,
-					RequestedAt: enrollInput().RequestedAt}, f.reserveInputs[0])
-				assert.NotEmpty(t, f.reserveInputs[0].RunID)
-				assert.Equal(t, 6, f.seatsTaken(courseID))
-
+				assert.Equal(t, 6, f.seatsTaken(courseID), "the seat it holds, no other")
 				pub := f.publishedMessages()
 				require.Len(t, pub, 1, "enrollment.confirmed is published exactly once")
 				wantEvent(t, pub[0], workflows.EventEnrollmentConfirmed)
-				assert.Equal(t, confirmedEventID, pub[0].Event.ID)
 				assert.True(t, pub[0].Event.OccurredAt.Equal(testStart), "occurred_at is the workflow time")
-				assert.Len(t, f.attemptsOf(workflows.EventEnrollmentConfirmed), 1)
-
 				assert.Equal(t, []string{enrollmentID}, f.confirms(), "MarkConfirmed called once")
 				assert.Equal(t, fakeEnrollment{ID: enrollmentID, CourseID: courseID, StudentID: studentID,
 					Status: workflows.StatusConfirmed, Published: true}, f.enrollment(enrollmentID))
 				assert.Empty(t, f.releases())
 				assert.Empty(t, f.deadLetterInputs())
 				assert.Empty(t, f.resolved(), "no dead letter, nothing to resolve")
+				assert.Empty(t, *r.promotions)
 			},
 		},
 		{
-			name:         "course full is refused",
-			fake:         func() *fakeActivities { return newFake().withCourse(courseID, 2, 2) },
-			wantDecision: refusal(enrollmentID, workflows.RefusalCourseFull),
-			wantState:    refusedState(workflows.RefusalCourseFull),
-			wantClaims:   []string{"course_full"},
+			name: "a handed-off enrollment's event carries its batch's time",
+			fake: func() *fakeActivities { return reservedFake(30, 0) },
+			in: func() workflows.EnrollmentInput {
+				in := enrollInput()
+				in.BatchID, in.OccurredAt = batchID, collectedAt
+				return in
+			},
+			wantState:  state(workflows.StatusConfirmed),
+			wantClaims: []string{"confirmed"},
 			check: func(t *testing.T, r *enrollRun) {
-				assert.Equal(t, 2, r.fake.seatsTaken(courseID))
-				assertNoSideEffects(t, r.fake)
+				pub := r.fake.publishedMessages()
+				require.Len(t, pub, 1)
+				assert.True(t, pub[0].Event.OccurredAt.Equal(collectedAt),
+					"the same payload as any copy the batch sent: occurred_at %v", pub[0].Event.OccurredAt)
 			},
 		},
 		{
-			name: "student already enrolled is refused and pointed at the holder",
-			fake: func() *fakeActivities {
-				return newFake().withCourse(courseID, 30, 0).
-					withEnrollment("enr-holder", courseID, studentID, workflows.StatusConfirmed)
+			name: "a promoted enrollment tells enrollment.promoted, then enrollment.confirmed",
+			fake: func() *fakeActivities { return reservedFake(30, 0) },
+			in: func() workflows.EnrollmentInput {
+				in := enrollInput()
+				in.Promoted = true
+				return in
 			},
-			wantDecision: refusal("enr-holder", workflows.RefusalAlreadyEnrolled),
-			wantState:    refusedState(workflows.RefusalAlreadyEnrolled),
-			wantClaims:   []string{"already_enrolled"},
+			wantState:  state(workflows.StatusConfirmed),
+			wantClaims: []string{"confirmed"},
 			check: func(t *testing.T, r *enrollRun) {
-				assert.Equal(t, 1, r.fake.seatsTaken(courseID), "no second seat")
-				assert.Empty(t, r.fake.enrollment(enrollmentID).ID, "no enrollment row for the refused claim")
-				assertNoSideEffects(t, r.fake)
-			},
-		},
-		{
-			name: "already enrolled takes precedence over a full course",
-			fake: func() *fakeActivities {
-				return newFake().withCourse(courseID, 1, 0).
-					withEnrollment("enr-holder", courseID, studentID, workflows.StatusDeadLettered)
-			},
-			wantDecision: refusal("enr-holder", workflows.RefusalAlreadyEnrolled),
-			wantState:    refusedState(workflows.RefusalAlreadyEnrolled),
-			wantClaims:   []string{"already_enrolled"},
-			check:        func(t *testing.T, r *enrollRun) { assertNoSideEffects(t, r.fake) },
-		},
-		{
-			name:         "unknown course is refused",
-			fake:         newFake,
-			wantDecision: refusal(enrollmentID, workflows.RefusalCourseNotFound),
-			wantState:    refusedState(workflows.RefusalCourseNotFound),
-			wantClaims:   []string{"course_not_found"},
-			check:        func(t *testing.T, r *enrollRun) { assertNoSideEffects(t, r.fake) },
-		},
-		{
-			name: "an enrollment ID that already failed is refused",
-			fake: func() *fakeActivities {
-				return newFake().withCourse(courseID, 30, 0).
-					withEnrollment(enrollmentID, courseID, studentID, workflows.StatusFailed)
-			},
-			wantDecision: refusal(enrollmentID, workflows.RefusalEnrollmentInactive),
-			wantState:    refusedState(workflows.RefusalEnrollmentInactive),
-			wantClaims:   []string{"enrollment_not_active"},
-			check: func(t *testing.T, r *enrollRun) {
-				assert.Equal(t, 0, r.fake.seatsTaken(courseID))
-				assertNoSideEffects(t, r.fake)
+				pub := r.fake.publishedMessages()
+				require.Len(t, pub, 2)
+				wantEvent(t, pub[0], workflows.EventEnrollmentPromoted)
+				wantEvent(t, pub[1], workflows.EventEnrollmentConfirmed)
+				assert.Equal(t, workflows.StatusConfirmed, r.fake.statusOf(enrollmentID))
 			},
 		},
 		{
 			name: "transient publish failures are retried by the policy",
 			fake: func() *fakeActivities {
-				f := newFake().withCourse(courseID, 30, 0)
+				f := reservedFake(30, 0)
 				f.failPublish[workflows.EventEnrollmentConfirmed] = 2
 				return f
 			},
-			wantDecision: workflows.Decision{EnrollmentID: enrollmentID, Status: workflows.StatusReserved},
-			wantState:    state(workflows.StatusConfirmed),
-			wantClaims:   []string{"reserved", "confirmed"},
+			wantState:  state(workflows.StatusConfirmed),
+			wantClaims: []string{"confirmed"},
 			check: func(t *testing.T, r *enrollRun) {
 				f := r.fake
 				attempts := f.attemptsOf(workflows.EventEnrollmentConfirmed)
@@ -184,19 +163,14 @@ func TestEnrollment(t *testing.T) {
 					assert.Equal(t, i < 2, a.Failed, "attempt %d failed", i)
 					assert.Equal(t, confirmedEventID, a.EventID, "every attempt carries the same event ID")
 				}
-				pub := f.publishedMessages()
-				require.Len(t, pub, 1)
-				wantEvent(t, pub[0], workflows.EventEnrollmentConfirmed)
 				assert.Empty(t, f.deadLetterInputs(), "retries within the policy do not dead-letter")
 				assert.Equal(t, []string{enrollmentID}, f.confirms())
-				assert.Equal(t, workflows.StatusConfirmed, f.enrollment(enrollmentID).Status)
-				assert.Empty(t, f.releases())
 			},
 		},
 		{
 			name: "exhausted publish is dead-lettered; operator retry publishes the same event",
 			fake: func() *fakeActivities {
-				f := newFake().withCourse(courseID, 30, 0)
+				f := reservedFake(30, 0)
 				f.failPublish[workflows.EventEnrollmentConfirmed] = -1
 				return f
 			},
@@ -209,40 +183,33 @@ func TestEnrollment(t *testing.T) {
 					r.fake.failPublishing(workflows.EventEnrollmentConfirmed, 0) // Kafka is back
 				})
 			},
-			wantDecision: workflows.Decision{EnrollmentID: enrollmentID, Status: workflows.StatusReserved},
-			wantState:    withDeadLetter(state(workflows.StatusConfirmed), 101),
-			wantClaims:   []string{"reserved", "dead_lettered", "reserved", "confirmed"},
+			wantState:  withDeadLetter(state(workflows.StatusConfirmed), 101),
+			wantClaims: []string{"dead_lettered", "reserved", "confirmed"},
 			check: func(t *testing.T, r *enrollRun) {
 				f := r.fake
 				requireDeadLettered(t, r, 101)
 				dls := f.deadLetterInputs()
 				require.Len(t, dls, 1, "RecordDeadLetter called once")
 				assertDeadLetterInput(t, dls[0].In, 1)
-
 				attempts := f.attemptsOf(workflows.EventEnrollmentConfirmed)
 				require.Len(t, attempts, 5, "4 attempts of the policy, then one after the operator's retry")
 				assert.True(t, attempts[4].At.Equal(testStart.Add(dlAt)), "republished when the signal came")
 				pub := f.publishedMessages()
 				require.Len(t, pub, 1, "published once")
-				wantEvent(t, pub[0], workflows.EventEnrollmentConfirmed)
 				assert.Equal(t, dls[0].In.Message, pub[0], "the republished event is the dead-lettered one, same ID")
-
 				assert.Equal(t, []workflows.ResolveDeadLetterInput{
 					{ID: 101, State: workflows.DeadLetterRetrying},
 					{ID: 101, State: workflows.DeadLetterResolved},
 				}, f.resolved())
-				assert.Equal(t, workflows.DeadLetterResolved, f.deadLetter(101).State)
 				assert.Equal(t, []string{enrollmentID}, f.confirms())
-				assert.Equal(t, fakeEnrollment{ID: enrollmentID, CourseID: courseID, StudentID: studentID,
-					Status: workflows.StatusConfirmed, Published: true}, f.enrollment(enrollmentID))
 				assert.Empty(t, f.releases())
 				assert.Equal(t, 1, f.seatsTaken(courseID))
 			},
 		},
 		{
-			name: "dead letter compensated: seat released and enrollment.failed published",
+			name: "dead letter compensated: seat released, waitlist promoted, enrollment.failed published",
 			fake: func() *fakeActivities {
-				f := newFake().withCourse(courseID, 30, 3)
+				f := reservedFake(30, 3)
 				f.failPublish[workflows.EventEnrollmentConfirmed] = -1
 				return f
 			},
@@ -252,14 +219,15 @@ func TestEnrollment(t *testing.T) {
 					assert.Equal(r.t, 4, r.fake.seatsTaken(courseID), "seat held while dead-lettered")
 				})
 			},
-			wantDecision: workflows.Decision{EnrollmentID: enrollmentID, Status: workflows.StatusReserved},
-			wantState:    withDeadLetter(state(workflows.StatusFailed), 101),
-			wantClaims:   []string{"reserved", "dead_lettered", "failed"},
+			wantState:  withDeadLetter(state(workflows.StatusFailed), 101),
+			wantClaims: []string{"dead_lettered", "failed"},
 			check: func(t *testing.T, r *enrollRun) {
 				f := r.fake
 				requireDeadLettered(t, r, 101)
 				assertCompensated(t, f, 101)
-				require.Len(t, f.deadLetterInputs(), 1)
+				assert.Equal(t, 3, f.seatsTaken(courseID), "the seat is free")
+				assert.Equal(t, []workflows.PromoteWaitlistInput{{CourseID: courseID, By: enrollmentID + ":failed"}}, *r.promotions,
+					"the freed seat goes to the waitlist")
 				assert.Len(t, f.attemptsOf(workflows.EventEnrollmentConfirmed), 4, "no publish after compensate")
 				assert.Equal(t, []workflows.ResolveDeadLetterInput{
 					{ID: 101, State: workflows.DeadLetterCompensated},
@@ -269,7 +237,7 @@ func TestEnrollment(t *testing.T) {
 		{
 			name: "retry that fails again dead-letters a second round, then compensate",
 			fake: func() *fakeActivities {
-				f := newFake().withCourse(courseID, 30, 0)
+				f := reservedFake(30, 0)
 				f.failPublish[workflows.EventEnrollmentConfirmed] = -1
 				return f
 			},
@@ -278,9 +246,8 @@ func TestEnrollment(t *testing.T) {
 				r.queryAt(secondAt - time.Second)
 				signalAt(r.env, secondAt, workflows.ActionCompensate, nil)
 			},
-			wantDecision: workflows.Decision{EnrollmentID: enrollmentID, Status: workflows.StatusReserved},
-			wantState:    withDeadLetter(state(workflows.StatusFailed), 101),
-			wantClaims:   []string{"reserved", "dead_lettered", "dead_lettered", "failed"},
+			wantState:  withDeadLetter(state(workflows.StatusFailed), 101),
+			wantClaims: []string{"dead_lettered", "dead_lettered", "failed"},
 			check: func(t *testing.T, r *enrollRun) {
 				f := r.fake
 				requireDeadLettered(t, r, 101)
@@ -288,30 +255,24 @@ func TestEnrollment(t *testing.T) {
 				require.Len(t, dls, 2)
 				assertDeadLetterInput(t, dls[0].In, 1)
 				assertDeadLetterInput(t, dls[1].In, 2)
-				assert.Equal(t, dls[0].In.Message, dls[1].In.Message, "the same event is dead-lettered again")
 				assert.True(t, dls[1].At.Equal(testStart.Add(dlAt+7*time.Second)),
 					"second round dead-letters after another 1s+2s+4s, at %v", dls[1].At.Sub(testStart))
 				assert.Equal(t, 2, f.deadLetter(101).Rounds)
 				assert.Len(t, f.attemptsOf(workflows.EventEnrollmentConfirmed), 8, "two rounds of 4 attempts")
-				assert.Equal(t, []workflows.ResolveDeadLetterInput{
-					{ID: 101, State: workflows.DeadLetterRetrying},
-					{ID: 101, State: workflows.DeadLetterCompensated},
-				}, f.resolved())
 				assertCompensated(t, f, 101)
 			},
 		},
 		{
 			name: "compensation publishes enrollment.failed through a Kafka outage without dead-lettering it",
 			fake: func() *fakeActivities {
-				f := newFake().withCourse(courseID, 30, 0)
+				f := reservedFake(30, 0)
 				f.failPublish[workflows.EventEnrollmentConfirmed] = -1
 				f.failPublish[workflows.EventEnrollmentFailed] = 5
 				return f
 			},
-			act:          func(r *enrollRun) { signalAt(r.env, dlAt, workflows.ActionCompensate, nil) },
-			wantDecision: workflows.Decision{EnrollmentID: enrollmentID, Status: workflows.StatusReserved},
-			wantState:    withDeadLetter(state(workflows.StatusFailed), 101),
-			wantClaims:   []string{"reserved", "dead_lettered", "failed"},
+			act:        func(r *enrollRun) { signalAt(r.env, dlAt, workflows.ActionCompensate, nil) },
+			wantState:  withDeadLetter(state(workflows.StatusFailed), 101),
+			wantClaims: []string{"dead_lettered", "failed"},
 			check: func(t *testing.T, r *enrollRun) {
 				f := r.fake
 				assert.Len(t, f.attemptsOf(workflows.EventEnrollmentFailed), 6, "5 failures, then acked")
@@ -322,7 +283,7 @@ func TestEnrollment(t *testing.T) {
 		{
 			name: "cancelled while dead-lettered gives the seat back",
 			fake: func() *fakeActivities {
-				f := newFake().withCourse(courseID, 30, 0)
+				f := reservedFake(30, 0)
 				f.failPublish[workflows.EventEnrollmentConfirmed] = -1
 				return f
 			},
@@ -330,14 +291,13 @@ func TestEnrollment(t *testing.T) {
 				r.queryAt(dlAt - time.Second)
 				r.env.RegisterDelayedCallback(r.env.CancelWorkflow, dlAt)
 			},
-			wantDecision: workflows.Decision{EnrollmentID: enrollmentID, Status: workflows.StatusReserved},
 			wantCanceled: true,
 			wantState:    withDeadLetter(state(workflows.StatusFailed), 101),
 			check: func(t *testing.T, r *enrollRun) {
 				f := r.fake
 				claims := r.claims.get()
-				require.GreaterOrEqual(t, len(claims), 2)
-				assert.Equal(t, []string{"reserved", "dead_lettered"}, claims[:2])
+				require.NotEmpty(t, claims)
+				assert.Equal(t, "dead_lettered", claims[0])
 				requireDeadLettered(t, r, 101)
 				assert.Equal(t, []string{enrollmentID}, f.releases(), "ReleaseSeat ran once on the disconnected context")
 				assert.Equal(t, 0, f.seatsTaken(courseID), "seat given back")
@@ -351,19 +311,15 @@ func TestEnrollment(t *testing.T) {
 		{
 			name: "cancelled between publish attempts gives the seat back",
 			fake: func() *fakeActivities {
-				f := newFake().withCourse(courseID, 30, 0)
+				f := reservedFake(30, 0)
 				f.failPublish[workflows.EventEnrollmentConfirmed] = -1
 				return f
 			},
 			act:          func(r *enrollRun) { r.env.RegisterDelayedCallback(r.env.CancelWorkflow, 1500*time.Millisecond) },
-			wantDecision: workflows.Decision{EnrollmentID: enrollmentID, Status: workflows.StatusReserved},
 			wantCanceled: true,
 			wantState:    state(workflows.StatusFailed),
 			check: func(t *testing.T, r *enrollRun) {
 				f := r.fake
-				claims := r.claims.get()
-				require.NotEmpty(t, claims)
-				assert.Equal(t, "reserved", claims[0])
 				assert.Len(t, f.attemptsOf(workflows.EventEnrollmentConfirmed), 2, "attempts at 0s and 1s, none after")
 				assert.Empty(t, f.deadLetterInputs())
 				assert.Equal(t, []string{enrollmentID}, f.releases())
@@ -375,23 +331,19 @@ func TestEnrollment(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			f := tc.fake()
-			env, claims := newEnv(t, f)
-			r := &enrollRun{t: t, env: env, fake: f, claims: claims}
-			r.decision = sendDecision(env, "id-1", 0)
+			env, claims, promotions := newEnvNoPromotion(t, f)
+			r := &enrollRun{t: t, env: env, fake: f, claims: claims, promotions: promotions}
 			if tc.act != nil {
 				tc.act(r)
 			}
+			in := enrollInput()
+			if tc.in != nil {
+				in = tc.in()
+			}
 
-			env.ExecuteWorkflow(workflows.Enrollment, enrollInput())
+			env.ExecuteWorkflow(workflows.Enrollment, in)
 
 			require.True(t, env.IsWorkflowCompleted())
-			d := r.decision.result(t)
-			if tc.wantDecision.Status == workflows.StatusRefused {
-				assert.NotEmpty(t, d.Message, "a refusal explains itself")
-				d.Message = ""
-			}
-			assert.Equal(t, tc.wantDecision, d)
-
 			var got workflows.EnrollmentState
 			if tc.wantCanceled {
 				err := env.GetWorkflowError()
@@ -422,12 +374,6 @@ func state(s workflows.EnrollmentStatus) workflows.EnrollmentState {
 	return workflows.EnrollmentState{EnrollmentID: enrollmentID, CourseID: courseID, StudentID: studentID, Status: s}
 }
 
-func refusedState(r workflows.Refusal) workflows.EnrollmentState {
-	s := state(workflows.StatusRefused)
-	s.Refusal = r
-	return s
-}
-
 func withDeadLetter(s workflows.EnrollmentState, id int64) workflows.EnrollmentState {
 	s.DeadLetterID = id
 	return s
@@ -435,18 +381,6 @@ func withDeadLetter(s workflows.EnrollmentState, id int64) workflows.EnrollmentS
 
 func refusal(holder string, r workflows.Refusal) workflows.Decision {
 	return workflows.Decision{EnrollmentID: holder, Status: workflows.StatusRefused, Refusal: r}
-}
-
-// assertNoSideEffects: a refusal reserves nothing, so nothing is published,
-// confirmed, compensated or dead-lettered.
-func assertNoSideEffects(t *testing.T, f *fakeActivities) {
-	t.Helper()
-	assert.Equal(t, 1, f.callCount(workflows.ReserveSeat.Name), "a refusal is not retried")
-	assert.Zero(t, f.callCount(workflows.Publish.Name), "nothing published")
-	assert.Zero(t, f.callCount(workflows.MarkConfirmed.Name))
-	assert.Zero(t, f.callCount(workflows.ReleaseSeat.Name), "nothing to compensate")
-	assert.Zero(t, f.callCount(workflows.RecordDeadLetter.Name))
-	assert.Zero(t, f.callCount(workflows.ResolveDeadLetter.Name))
 }
 
 // requireDeadLettered checks the status query taken while the run waited.
@@ -489,103 +423,6 @@ func assertCompensated(t *testing.T, f *fakeActivities, deadLetterID int64) {
 		last[len(last)-1])
 }
 
-// TestSecondDecision: a second claim of the same seat by the same student
-// joins the running claim and is told already_enrolled, however it arrives.
-func TestSecondDecision(t *testing.T) {
-	tests := []struct {
-		name string
-		fake func() *fakeActivities
-		// second is sent after the first at this workflow time
-		secondAt   time.Duration
-		secondID   string
-		act        func(env *testsuite.TestWorkflowEnvironment)
-		wantFirst  workflows.Decision
-		wantSecond workflows.Decision
-	}{
-		{
-			name:       "concurrent second claim",
-			fake:       func() *fakeActivities { return newFake().withCourse(courseID, 30, 0) },
-			secondID:   "id-2",
-			wantFirst:  workflows.Decision{EnrollmentID: enrollmentID, Status: workflows.StatusReserved},
-			wantSecond: refusal(enrollmentID, workflows.RefusalAlreadyEnrolled),
-		},
-		{
-			name: "second claim while the first is dead-lettered",
-			fake: func() *fakeActivities {
-				f := newFake().withCourse(courseID, 30, 0)
-				f.failPublish[workflows.EventEnrollmentConfirmed] = -1
-				return f
-			},
-			secondAt: 30 * time.Second,
-			secondID: "id-2",
-			act: func(env *testsuite.TestWorkflowEnvironment) {
-				signalAt(env, time.Minute, workflows.ActionCompensate, nil)
-			},
-			wantFirst:  workflows.Decision{EnrollmentID: enrollmentID, Status: workflows.StatusReserved},
-			wantSecond: refusal(enrollmentID, workflows.RefusalAlreadyEnrolled),
-		},
-		{
-			name:       "the same update ID again is deduplicated, not refused",
-			fake:       func() *fakeActivities { return newFake().withCourse(courseID, 30, 0) },
-			secondID:   "id-1",
-			wantFirst:  workflows.Decision{EnrollmentID: enrollmentID, Status: workflows.StatusReserved},
-			wantSecond: workflows.Decision{EnrollmentID: enrollmentID, Status: workflows.StatusReserved},
-		},
-		{
-			name:       "a refusal is repeated, not turned into already_enrolled",
-			fake:       func() *fakeActivities { return newFake().withCourse(courseID, 1, 1) },
-			secondID:   "id-2",
-			wantFirst:  refusal(enrollmentID, workflows.RefusalCourseFull),
-			wantSecond: refusal(enrollmentID, workflows.RefusalCourseFull),
-		},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			f := tc.fake()
-			env, _ := newEnv(t, f)
-			first := sendDecision(env, "id-1", 0)
-			second := sendDecision(env, tc.secondID, tc.secondAt)
-			if tc.act != nil {
-				tc.act(env)
-			}
-
-			env.ExecuteWorkflow(workflows.Enrollment, enrollInput())
-
-			require.True(t, env.IsWorkflowCompleted())
-			require.NoError(t, env.GetWorkflowError())
-			d1, d2 := first.result(t), second.result(t)
-			d1.Message, d2.Message = "", ""
-			assert.Equal(t, tc.wantFirst, d1, "first claim")
-			assert.Equal(t, tc.wantSecond, d2, "second claim")
-			assert.Equal(t, 1, f.callCount(workflows.ReserveSeat.Name), "a second claim reserves nothing")
-		})
-	}
-}
-
-// An enrollment run started by the API names its starter's update: a
-// second claim handled before it is the second claim, and a starter's
-// update that comes after the run's work is still answered as the claim
-// (the run waits for it, up to AnswerWait).
-func TestEnrollmentStarterUpdateArrivingLate(t *testing.T) {
-	f := newFake().withCourse(courseID, 30, 0)
-	env, _ := newEnv(t, f)
-	second := sendDecision(env, "id-2", 10*time.Second)
-	starter := sendDecision(env, "id-start", 20*time.Second)
-	in := enrollInput()
-	in.StarterUpdateID, in.AnswerWait = "id-start", time.Minute
-
-	env.ExecuteWorkflow(workflows.Enrollment, in)
-
-	require.True(t, env.IsWorkflowCompleted())
-	require.NoError(t, env.GetWorkflowError())
-	d1, d2 := starter.result(t), second.result(t)
-	d1.Message, d2.Message = "", ""
-	assert.Equal(t, workflows.Decision{EnrollmentID: enrollmentID, Status: workflows.StatusReserved}, d1, "the starter")
-	assert.Equal(t, refusal(enrollmentID, workflows.RefusalAlreadyEnrolled), d2, "the second claim")
-	assert.Equal(t, 20*time.Second, env.Now().Sub(testStart).Round(time.Second), "closed once the starter was answered")
-	assert.Equal(t, 1, f.callCount(workflows.ReserveSeat.Name))
-}
-
 // TestPublishRetryTiming: the publish attempts follow PublishRetryPolicy in
 // workflow time, 1s → 2s → 4s, and the message is dead-lettered right after
 // the fourth.
@@ -604,10 +441,9 @@ func TestPublishRetryTiming(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			f := newFake().withCourse(courseID, 30, 0)
+			f := reservedFake(30, 0)
 			f.failPublish[workflows.EventEnrollmentConfirmed] = tc.failures
 			env, _ := newEnv(t, f)
-			sendDecision(env, "id-1", 0)
 			if tc.wantDeadAt >= 0 {
 				signalAt(env, time.Hour, workflows.ActionCompensate, nil)
 			}
@@ -644,78 +480,40 @@ func TestPublishRetryTiming(t *testing.T) {
 // errSchema is a fault that is neither a refusal nor retried.
 var errSchema = temporal.NewNonRetryableApplicationError(`relation "enrollments" does not exist`, "schema", nil)
 
-// TestUndecidedRunAnswersTheCaller: a run that ends before deciding (a fault
-// that is not a refusal) still answers the caller waiting on the decision
-// update, with Status failed, instead of blocking on AllHandlersFinished.
+// TestUndecidedRunAnswersTheCaller: a cancellation that ends before
+// deciding (a fault that is not a refusal) still answers the caller waiting
+// on the decision update, with Status failed, instead of blocking on
+// AllHandlersFinished.
 func TestUndecidedRunAnswersTheCaller(t *testing.T) {
-	tests := []struct {
-		name       string
-		fake       func() *fakeActivities
-		workflow   any
-		input      any
-		wantClaims []string
-		wantSeats  int
-	}{
-		{
-			name: "enrollment",
-			fake: func() *fakeActivities {
-				f := newFake().withCourse(courseID, 30, 0)
-				f.reserveErr = errSchema
-				return f
-			},
-			workflow:   workflows.Enrollment,
-			input:      enrollInput(),
-			wantClaims: []string{"failed"},
-		},
-		{
-			name: "cancellation",
-			fake: func() *fakeActivities {
-				f := newFake().withCourse(courseID, 30, 0).
-					withEnrollment(enrollmentID, courseID, studentID, workflows.StatusConfirmed)
-				f.cancelErr = errSchema
-				return f
-			},
-			workflow:  workflows.Cancellation,
-			input:     workflows.CancellationInput{EnrollmentID: enrollmentID},
-			wantSeats: 1,
-		},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			f := tc.fake()
-			env, claims := newEnv(t, f)
-			decision := sendDecision(env, "id-1", 0)
+	f := newFake().withCourse(courseID, 30, 0).withEnrollment(enrollmentID, courseID, studentID, workflows.StatusConfirmed)
+	f.cancelErr = errSchema
+	env, _ := newEnv(t, f)
+	decision := sendDecision(env, "id-1", 0)
 
-			env.ExecuteWorkflow(tc.workflow, tc.input)
+	env.ExecuteWorkflow(workflows.Cancellation, workflows.CancellationInput{EnrollmentID: enrollmentID})
 
-			require.True(t, env.IsWorkflowCompleted())
-			err := env.GetWorkflowError()
-			require.Error(t, err)
-			assert.Contains(t, err.Error(), "does not exist", "the run fails with its own error, not a timeout")
-			d := decision.result(t)
-			assert.Equal(t, enrollmentID, d.EnrollmentID)
-			assert.Equal(t, workflows.StatusFailed, d.Status)
-			assert.Empty(t, d.Refusal)
-			assert.Contains(t, d.Message, "does not exist", "the caller learns why")
-			if tc.wantClaims != nil {
-				assert.Equal(t, tc.wantClaims, claims.get())
-			}
-			assert.Zero(t, f.callCount(workflows.Publish.Name), "nothing published")
-			assert.Zero(t, f.callCount(workflows.ReleaseSeat.Name), "nothing reserved, nothing released")
-			assert.Equal(t, tc.wantSeats, f.seatsTaken(courseID), "seats untouched")
-		})
-	}
+	require.True(t, env.IsWorkflowCompleted())
+	err := env.GetWorkflowError()
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "does not exist", "the run fails with its own error, not a timeout")
+	d := decision.result(t)
+	assert.Equal(t, enrollmentID, d.EnrollmentID)
+	assert.Equal(t, workflows.StatusFailed, d.Status)
+	assert.Empty(t, d.Refusal)
+	assert.Contains(t, d.Message, "does not exist", "the caller learns why")
+	assert.Zero(t, f.callCount(workflows.Publish.Name), "nothing published")
+	assert.Equal(t, 1, f.seatsTaken(courseID), "seats untouched")
 }
 
-// TestEnrollThenCancel runs the two sagas against one fake database.
+// TestEnrollThenCancel runs the two sagas against one fake database: a
+// reserved enrollment confirmed by its run, then cancelled.
 func TestEnrollThenCancel(t *testing.T) {
-	f := newFake().withCourse(courseID, 1, 0)
+	f := reservedFake(1, 0)
 
 	env, _ := newEnv(t, f)
-	enrolled := sendDecision(env, "id-1", 0)
 	env.ExecuteWorkflow(workflows.Enrollment, enrollInput())
 	require.NoError(t, env.GetWorkflowError())
-	assert.Equal(t, workflows.StatusReserved, enrolled.result(t).Status)
+	require.Equal(t, workflows.StatusConfirmed, f.statusOf(enrollmentID))
 	require.Equal(t, 1, f.seatsTaken(courseID))
 
 	env, _ = newEnv(t, f)
@@ -726,18 +524,9 @@ func TestEnrollThenCancel(t *testing.T) {
 		cancelled.result(t))
 	assert.Equal(t, 0, f.seatsTaken(courseID), "the seat is free again")
 
-	// The freed seat can be claimed by someone else.
-	env, _ = newEnv(t, f)
-	other := sendDecision(env, "id-1", 0)
-	env.ExecuteWorkflow(workflows.Enrollment, workflows.EnrollmentInput{EnrollmentID: "enr-2", CourseID: courseID,
-		StudentID: "stu-2", RequestedAt: testStart})
-	require.NoError(t, env.GetWorkflowError())
-	assert.Equal(t, workflows.Decision{EnrollmentID: "enr-2", Status: workflows.StatusReserved}, other.result(t))
-
 	var types []string
 	for _, m := range f.publishedMessages() {
 		types = append(types, m.Event.ID)
 	}
-	assert.Equal(t, []string{confirmedEventID, workflows.EventID(enrollmentID, workflows.EventEnrollmentCancelled),
-		workflows.EventID("enr-2", workflows.EventEnrollmentConfirmed)}, types)
+	assert.Equal(t, []string{confirmedEventID, workflows.EventID(enrollmentID, workflows.EventEnrollmentCancelled)}, types)
 }

@@ -43,14 +43,13 @@ type fakeActivities struct {
 	// failPublish makes Publish fail for an event type: n > 0 fails the next
 	// n attempts, n < 0 fails every attempt.
 	failPublish map[string]int
-	// reserveErr and cancelErr, when set, are what ReserveSeat and
-	// CancelEnrollment return (a fault, not a refusal).
-	reserveErr, cancelErr error
+	// cancelErr, when set, is what CancelEnrollment returns (a fault, not
+	// a refusal).
+	cancelErr error
 	// failMarkConfirmed makes the next n MarkConfirmed calls fail (Postgres down).
 	failMarkConfirmed int
 
 	calls           map[string]int
-	reserveInputs   []workflows.ReserveSeatInput
 	publishAttempts []publishAttempt
 	published       []workflows.Message // messages the broker acknowledged
 	dltCopies       []workflows.Message // copies sent to the .DLT topic
@@ -144,7 +143,6 @@ func active(s workflows.EnrollmentStatus) bool {
 // the real ones: by typed reference, so a fake method whose signature
 // drifts from its reference does not compile.
 func (f *fakeActivities) register(env *testsuite.TestWorkflowEnvironment) {
-	register(env, workflows.ReserveSeat, f.ReserveSeat)
 	registerNoResult(env, workflows.Publish, f.Publish)
 	registerNoResult(env, workflows.MarkConfirmed, f.MarkConfirmed)
 	registerNoResult(env, workflows.ReleaseSeat, f.ReleaseSeat)
@@ -170,49 +168,6 @@ func registerNoResult[In any](env *testsuite.TestWorkflowEnvironment, ref workfl
 
 func (f *fakeActivities) called(name string) {
 	f.calls[name]++
-}
-
-func (f *fakeActivities) ReserveSeat(_ context.Context, in workflows.ReserveSeatInput) (workflows.ReserveSeatResult, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.called(workflows.ReserveSeat.Name)
-	f.reserveInputs = append(f.reserveInputs, in)
-	if f.reserveErr != nil {
-		return workflows.ReserveSeatResult{}, f.reserveErr
-	}
-	res := workflows.ReserveSeatResult{RecordedAt: f.now()}
-	if _, ok := f.capacity[in.CourseID]; !ok {
-		return workflows.ReserveSeatResult{}, workflows.Refuse(workflows.RefusalCourseNotFound, "course %q does not exist", in.CourseID)
-	}
-	if own, ok := f.enrollments[in.EnrollmentID]; ok {
-		// A retried reservation: our own row is there.
-		if own.Status == workflows.StatusFailed || own.Status == workflows.StatusCancelled {
-			return workflows.ReserveSeatResult{}, workflows.Refuse(workflows.RefusalEnrollmentInactive,
-				"enrollment %s is already %s", in.EnrollmentID, own.Status)
-		}
-		return res, nil
-	}
-	for _, e := range f.enrollments {
-		if e.CourseID == in.CourseID && e.StudentID == in.StudentID && active(e.Status) {
-			return workflows.ReserveSeatResult{}, workflows.RefusalWithHolder(workflows.RefusalAlreadyEnrolled, e.ID,
-				"student %q is already enrolled in %q", in.StudentID, in.CourseID)
-		}
-	}
-	if f.enrolled[in.CourseID] >= f.capacity[in.CourseID] || len(f.waitlist[in.CourseID]) > 0 {
-		if !in.Waitlist {
-			return workflows.ReserveSeatResult{}, workflows.Refuse(workflows.RefusalCourseFull, "course %q has no seat left", in.CourseID)
-		}
-		f.waitlist[in.CourseID] = append(f.waitlist[in.CourseID], workflows.EnrollmentInput{
-			EnrollmentID: in.EnrollmentID, CourseID: in.CourseID, StudentID: in.StudentID, RequestedAt: in.RequestedAt})
-		f.enrollments[in.EnrollmentID] = &fakeEnrollment{ID: in.EnrollmentID, CourseID: in.CourseID,
-			StudentID: in.StudentID, Status: workflows.StatusWaitlisted}
-		res.Position = len(f.waitlist[in.CourseID])
-		return res, nil
-	}
-	f.enrolled[in.CourseID]++
-	f.enrollments[in.EnrollmentID] = &fakeEnrollment{ID: in.EnrollmentID, CourseID: in.CourseID,
-		StudentID: in.StudentID, Status: workflows.StatusReserved}
-	return res, nil
 }
 
 func (f *fakeActivities) Publish(ctx context.Context, in workflows.PublishInput) error {

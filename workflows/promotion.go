@@ -21,21 +21,10 @@ import (
 // Events of the waitlist.
 const EventEnrollmentPromoted = "enrollment.promoted"
 
-// waitlistChangeID versions the sagas that start a Promotion after freeing
-// a seat where runs recorded before the waitlist did not.
-const waitlistChangeID = "waitlist-promotion"
-
 // PromotionWorkflowID: one promotion per seat-freeing step, so a replayed
 // or retried step joins the promotion it started.
 func PromotionWorkflowID(courseID, by string) string {
 	return "promotion:" + courseID + ":" + by
-}
-
-// PromotedWorkflowID is the Enrollment run of a promoted enrollment, as a
-// batch's hand-off names its runs: the enrollment ID keeps it apart from
-// the student's earlier runs for the course.
-func PromotedWorkflowID(c EnrollmentInput) string {
-	return EnrollmentWorkflowID(c.CourseID, c.StudentID) + ":" + c.EnrollmentID
 }
 
 // PromotionState is what the status query of a Promotion returns.
@@ -70,18 +59,8 @@ func promote(ctx workflow.Context, in PromoteWaitlistInput, state *PromotionStat
 	}
 	var futures []workflow.ChildWorkflowFuture
 	for _, p := range res.Promoted {
-		p.Reserved, p.Promoted = true, true
-		cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{
-			WorkflowID:            PromotedWorkflowID(p),
-			ParentClosePolicy:     enumspb.PARENT_CLOSE_POLICY_ABANDON,
-			WorkflowIDReusePolicy: enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
-			TypedSearchAttributes: temporal.NewSearchAttributes(
-				SearchCourseID.ValueSet([]string{p.CourseID}),
-				SearchStudentID.ValueSet([]string{p.StudentID}),
-				SearchClaimStatus.ValueSet(string(StatusReserved)),
-			),
-		})
-		futures = append(futures, workflow.ExecuteChildWorkflow(cctx, Enrollment, p))
+		p.Promoted = true
+		futures = append(futures, startEnrollment(ctx, p))
 		state.Promoted = append(state.Promoted, p.EnrollmentID)
 	}
 	for i, f := range futures {

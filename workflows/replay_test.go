@@ -27,59 +27,37 @@ type fixture struct {
 	file     string // in testdata/
 	workflow string // the workflow type of the run
 	path     string // what the run did
-	// earlier is set on histories of an earlier build that
-	// scripts/record-histories does not write: they stay as recorded, so
-	// that the current code is held to replay runs started before it.
-	earlier string
 }
 
-// fixtures lists every history in testdata/. scripts/record-histories
-// (TestRecordHistories in cmd/claimflow) writes all but the earlier ones
-// from a real stack; docs/replay.md says when to re-record.
+// fixtures lists every history in testdata/, each path a run can take
+// today once; scripts/record-histories (TestRecordHistories and
+// TestRecordWaitlistHistories in cmd/claimflow) writes them from a real
+// stack, and docs/replay.md has the same table and says when to re-record.
 var fixtures = []fixture{
-	// Enrollment by group commit in a run per batch (ENROLL_MODE=batch, and
-	// a batch that finds the desk busy).
-	{file: "enrollment_batch_fast_path.json", workflow: "EnrollmentBatch",
-		path: "fast path: seat reserved, event published and enrollment confirmed in the first workflow task, answered confirmed"},
-	{file: "enrollment_batch_refused.json", workflow: "EnrollmentBatch",
-		path: "every claim of the batch refused (course_full): nothing to publish"},
-	{file: "enrollment_batch_durable_path.json", workflow: "EnrollmentBatch",
-		path: "durable path: the fast path's send failed, answered reserved, PublishBatch retried until the broker was back, then confirmed"},
-	{file: "enrollment_batch_handed_off.json", workflow: "EnrollmentBatch",
-		path: "durable path spent its publish policy: each enrollment handed off to an Enrollment run of its own (child, abandoned)"},
+	// Enrollment claims on a desk, and the runs that finish them.
+	{file: "enrollment_desk_confirmed.json", workflow: "EnrollmentDesk",
+		path: "three batches: one confirmed, one refused course_full, one waitlisted; outcome upserted; continued as new after its three batches"},
+	{file: "enrollment_desk_fallback.json", workflow: "EnrollmentDesk",
+		path: "the publish failed: answered reserved, the batch's run started (abandoned), continued as new"},
+	{file: "enrollment_desk_full.json", workflow: "EnrollmentDesk",
+		path: "a batch it could not list in its search attributes turned away (DeskFull), continued as new at once"},
 	{file: "enrollment_batch_confirmed.json", workflow: "EnrollmentBatch",
-		path:    "answer-first batch (no ConfirmBeforeAnswer): answered reserved, PublishBatch, then confirmed",
-		earlier: "recorded before the fast path existed; runs started then replay on the path they took"},
+		path: "the run a desk handed its batch to: PublishBatch retried until the broker was back, confirmed"},
+	{file: "enrollment_batch_handed_off.json", workflow: "EnrollmentBatch",
+		path: "the publish policy spent: each enrollment handed to an Enrollment run of its own (child, abandoned)"},
 	{file: "enrollment_handed_off_dead_letter_retried.json", workflow: "Enrollment",
-		path: "handed-off enrollment (Reserved): publish dead-lettered, operator retry, published and confirmed"},
+		path: "dead-lettered, operator retry, published and confirmed"},
 	{file: "enrollment_handed_off_dead_letter_compensated.json", workflow: "Enrollment",
-		path: "handed-off enrollment (Reserved): publish dead-lettered, operator compensate, seat released, enrollment.failed published"},
-	// Batches on a desk (ENROLL_MODE=desk, the API's default).
-	{file: "enrollment_desk_continued_as_new.json", workflow: "EnrollmentDesk",
-		path: "a desk's first run: one batch on the fast path (confirmed), one whose fast path failed (answered reserved, handed to a batch run of its own, abandoned), its outcome upserted, then continued as new after its two batches"},
-	{file: "enrollment_desk_closed_to_tell.json", workflow: "EnrollmentDesk",
-		path: "a desk's next run: clears the search attributes it continued with, decides one batch, and continues as new on its timer to tell it (StudentId, ClaimStatus confirmed)"},
-	{file: "enrollment_desk_before_outcome.json", workflow: "EnrollmentDesk",
-		path:    "a desk's first run as enrollment_desk_continued_as_new, without search attributes",
-		earlier: "recorded before desks told their outcome (version desk-search-attributes); runs started then replay without it"},
-	{file: "enrollment_batch_from_desk.json", workflow: "EnrollmentBatch",
-		path: "a desk's durable path: no fast path, the desk's reservation found, PublishBatch retried until the broker was back, confirmed, events stamped with the batch's CollectedAt"},
-	// Enrollment run per request (ENROLL_MODE=single).
-	{file: "enrollment_confirmed.json", workflow: "Enrollment",
-		path: "seat reserved, answered reserved, event published, confirmed"},
-	{file: "enrollment_course_full.json", workflow: "Enrollment",
-		path: "refused course_full: nothing reserved, nothing published"},
-	{file: "enrollment_dead_letter_retried.json", workflow: "Enrollment",
-		path: "seat reserved, publish dead-lettered, operator retry, published and confirmed"},
-	{file: "enrollment_dead_letter_compensated.json", workflow: "Enrollment",
-		path: "seat reserved, publish dead-lettered, operator compensate, seat released, enrollment.failed published"},
+		path: "dead-lettered, operator compensate: seat released, promotion started, enrollment.failed published"},
 	{file: "enrollment_dead_letter_named_decisions.json", workflow: "Enrollment",
-		path: "dead-lettered; two concurrent API retries, one taken; round 2 dead-lettered; a stale round-1 decision ignored; operator compensate of round 2, seat released"},
+		path: "dead-lettered; two concurrent API retries, one taken; round 2 dead-lettered; a stale round-1 decision ignored; compensate of round 2"},
+	{file: "enrollment_promoted_confirmed.json", workflow: "Enrollment",
+		path: "a promoted enrollment: enrollment.promoted, then enrollment.confirmed published, confirmed"},
+	{file: "recover_reservations.json", workflow: "RecoverReservations",
+		path: "a stranded reservation found and its batch's run started"},
+	// Cancellations and the waitlist.
 	{file: "cancellation_cancelled.json", workflow: "Cancellation",
 		path: "a confirmed enrollment cancelled: seat released, enrollment.cancelled published"},
-	// The waitlist.
-	{file: "enrollment_batch_waitlisted.json", workflow: "EnrollmentBatch",
-		path: "a claim on a full course with waitlist: decided waitlisted with its position, nothing published (ClaimStatus waitlisted)"},
 	{file: "cancellation_left_waitlist.json", workflow: "Cancellation",
 		path: "a waitlisted enrollment cancelled: it leaves the queue, no seat freed, nothing published, no promotion"},
 	{file: "cancellation_promoted.json", workflow: "Cancellation",
@@ -88,16 +66,11 @@ var fixtures = []fixture{
 		path: "a freed seat: the head of the queue promoted in one transaction, its Enrollment run started (child, abandoned)"},
 	{file: "promotion_capacity_raised.json", workflow: "Promotion",
 		path: "started by the API after a capacity raise: the next in line promoted, its run started"},
-	{file: "enrollment_promoted_confirmed.json", workflow: "Enrollment",
-		path: "a promoted enrollment (Reserved, Promoted): enrollment.promoted, then enrollment.confirmed published, confirmed"},
 	// Coupons.
 	{file: "coupon_issue_issued.json", workflow: "IssueCoupon",
 		path: "coupon reserved from the stock, answered issued, coupon.issued published"},
 	{file: "coupon_issue_starter_late.json", workflow: "IssueCoupon",
 		path: "issued before the starter's update (named in the input) arrived: the run waited for it (a timer) and answered it issued"},
-	{file: "coupon_issue_sold_out.json", workflow: "IssueCoupon",
-		path:    "refused sold_out by the run",
-		earlier: "recorded by an earlier build; the recorder drives no sold-out claim, which takes the same path today (the run's ReserveCoupon refuses, nothing to compensate)"},
 	{file: "coupon_use_used.json", workflow: "UseCoupon",
 		path: "coupon held, vendor paid, payout recorded, coupon.used published"},
 	{file: "coupon_use_payout_declined.json", workflow: "UseCoupon",
@@ -108,19 +81,10 @@ var fixtures = []fixture{
 		path: "payout 503 twice, paid on the third attempt under the same key"},
 	{file: "coupon_use_response_lost.json", workflow: "UseCoupon",
 		path: "payout processed but its answer lost (client timeout), retried under the same key and paid once"},
-	{file: "coupon_use_not_owner.json", workflow: "UseCoupon",
-		path:    "refused not_owner: MarkCouponUsed found another owner, nothing held or paid",
-		earlier: "the API now answers a use of another user's coupon with 404 from the database before any run starts"},
 	{file: "coupon_use_dead_letter_retried.json", workflow: "UseCoupon",
 		path: "paid, coupon.used dead-lettered, operator retry, published"},
 	{file: "coupon_use_starter_late.json", workflow: "UseCoupon",
-		path: "used before the starter's update arrived: the run waited for it (await-starter-update) and answered it used"},
-	{file: "coupon_use_already_used.json", workflow: "UseCoupon",
-		path:    "refused already_used by the run",
-		earlier: "the API now answers uses of a used coupon from the database"},
-	{file: "coupon_use_concurrent.json", workflow: "UseCoupon",
-		path:    "ten concurrent uses joined one run: one used, the others answered already_used by its update handler",
-		earlier: "the API now lets uses of one coupon take turns, so a run meets one update"},
+		path: "used before the starter's update arrived: the run waited for it and answered it used"},
 	// The consumer's durable path.
 	{file: "deliver_event_delivered.json", workflow: "DeliverEvent",
 		path: "inline attempt failed; delivered by the run within its retry policy, never parked"},
@@ -130,6 +94,10 @@ var fixtures = []fixture{
 		path: "retry policy spent: dead-lettered, operator compensate, discarded (never delivered)"},
 }
 
+// allWorkflows are the worker's workflow types, by name.
+var allWorkflows = []string{"Enrollment", "Cancellation", "Promotion", "EnrollmentBatch", "EnrollmentDesk",
+	"RecoverReservations", "IssueCoupon", "UseCoupon", "DeliverEvent"}
+
 // newReplayer registers every workflow as the worker does.
 func newReplayer() worker.WorkflowReplayer {
 	r := worker.NewWorkflowReplayer()
@@ -138,6 +106,7 @@ func newReplayer() worker.WorkflowReplayer {
 	r.RegisterWorkflow(workflows.Promotion)
 	r.RegisterWorkflow(workflows.EnrollmentBatch)
 	r.RegisterWorkflow(workflows.EnrollmentDesk)
+	r.RegisterWorkflow(workflows.RecoverReservations)
 	r.RegisterWorkflow(workflows.IssueCoupon)
 	r.RegisterWorkflow(workflows.UseCoupon)
 	r.RegisterWorkflow(workflows.DeliverEvent)
@@ -156,8 +125,7 @@ func fixturesOf(types ...string) []fixture {
 }
 
 // Histories in testdata/ were recorded from the real Temporal dev server
-// (scripts/record-histories, or `temporal workflow show --output json` for
-// the earlier ones). Replaying them against the current code fails when a
+// (scripts/record-histories). Replaying them against the current code fails when a
 // change would break runs already in flight.
 func TestReplayRecordedHistories(t *testing.T) {
 	for _, f := range fixtures {
@@ -214,7 +182,7 @@ func TestEveryFixtureIsInTheTable(t *testing.T) {
 		t.Errorf("the fixtures table lists %s, which is not in testdata/", file)
 	}
 	// Every registered workflow has at least one history.
-	for _, w := range []string{"Enrollment", "EnrollmentBatch", "EnrollmentDesk", "Cancellation", "Promotion", "IssueCoupon", "UseCoupon", "DeliverEvent"} {
+	for _, w := range allWorkflows {
 		if len(fixturesOf(w)) == 0 {
 			t.Errorf("no fixture replays %s", w)
 		}
@@ -234,14 +202,15 @@ func probe[In any](ctx workflow.Context, _ In) error {
 func TestEveryFixtureFailsAgainstAnotherProgram(t *testing.T) {
 	r := worker.NewWorkflowReplayer()
 	for name, fn := range map[string]any{
-		"Enrollment":      probe[workflows.EnrollmentInput],
-		"EnrollmentBatch": probe[workflows.EnrollmentBatchInput],
-		"EnrollmentDesk":  probe[workflows.EnrollmentDeskInput],
-		"Cancellation":    probe[workflows.CancellationInput],
-		"Promotion":       probe[workflows.PromoteWaitlistInput],
-		"IssueCoupon":     probe[workflows.IssueCouponInput],
-		"UseCoupon":       probe[workflows.UseCouponInput],
-		"DeliverEvent":    probe[workflows.DeliverEventInput],
+		"Enrollment":          probe[workflows.EnrollmentInput],
+		"EnrollmentBatch":     probe[workflows.EnrollmentBatchInput],
+		"EnrollmentDesk":      probe[workflows.EnrollmentDeskInput],
+		"RecoverReservations": probe[workflows.RecoverReservationsInput],
+		"Cancellation":        probe[workflows.CancellationInput],
+		"Promotion":           probe[workflows.PromoteWaitlistInput],
+		"IssueCoupon":         probe[workflows.IssueCouponInput],
+		"UseCoupon":           probe[workflows.UseCouponInput],
+		"DeliverEvent":        probe[workflows.DeliverEventInput],
 	} {
 		r.RegisterWorkflowWithOptions(fn, workflow.RegisterOptions{Name: name})
 	}
@@ -254,9 +223,9 @@ func TestEveryFixtureFailsAgainstAnotherProgram(t *testing.T) {
 	}
 }
 
-// The replay test must be able to fail: an Enrollment that skips the seat
-// reservation is a different program, and every recorded enrollment history
-// must say so.
+// The replay test must be able to fail: an Enrollment or batch run that
+// confirms before it publishes is a different program, and every recorded
+// history of them must say so.
 func TestReplayDetectsAChangedStepOrder(t *testing.T) {
 	enrollments := fixturesOf("Enrollment", "EnrollmentBatch")
 	if len(enrollments) == 0 {
@@ -284,7 +253,7 @@ func TestReplayDetectsAChangedStepOrder(t *testing.T) {
 // where the temporal CLI writes "EVENT_TYPE_WORKFLOW_EXECUTION_STARTED"; both
 // must load. The tctl-style file is derived from a recorded one.
 func TestReplayTctlStyleHistory(t *testing.T) {
-	raw, err := os.ReadFile(filepath.Join("testdata", "enrollment_confirmed.json"))
+	raw, err := os.ReadFile(filepath.Join("testdata", "enrollment_handed_off_dead_letter_retried.json"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,27 +12,24 @@ import (
 	"github.com/claimflow/claimflow/workflows"
 )
 
-// A full course with a waitlist: an enrollment that asks to wait gets a
-// place (decision waitlisted, with its position) and publishes nothing.
+// A full course with a waitlist: a claim on a desk that asks to wait gets a
+// place (decision waitlisted, with its position) and publishes nothing;
+// without the flag the answer stays course_full.
 func TestEnrollmentJoinsTheWaitlist(t *testing.T) {
-	f := newFake().withCourse(courseID, 1, 1)
-	env, statuses := newEnv(t, f)
-	got := sendDecision(env, "id-1", 0)
-	in := enrollInput()
-	in.Waitlist = true
-	env.ExecuteWorkflow(workflows.Enrollment, in)
-	require.NoError(t, env.GetWorkflowError())
-	assert.Equal(t, workflows.Decision{EnrollmentID: enrollmentID, Status: workflows.StatusWaitlisted, Position: 1}, got.result(t))
-	assert.Empty(t, f.publishedMessages(), "a place on the waitlist is not an event")
-	assert.Equal(t, []string{string(workflows.StatusWaitlisted)}, statuses.get())
+	f := newBatchFake().withCourse(courseID, 1, 1)
+	env, _ := newBatchEnv(t, f)
+	waits := claim(enrollmentID, courseID, studentID)
+	waits.Waitlist = true
+	call := sendDeskBatch(env, deskBatch("b-1", waits, claim("enr-plain", courseID, "stu-plain")), 0)
 
-	// Without the flag the answer stays course_full.
-	env, _ = newEnv(t, f)
-	plain := sendDecision(env, "id-1", 0)
-	env.ExecuteWorkflow(workflows.Enrollment, workflows.EnrollmentInput{EnrollmentID: "enr-plain", CourseID: courseID,
-		StudentID: "stu-plain", RequestedAt: testStart})
-	require.NoError(t, env.GetWorkflowError())
-	assert.Equal(t, workflows.RefusalCourseFull, plain.result(t).Refusal)
+	env.ExecuteWorkflow(workflows.EnrollmentDesk, workflows.EnrollmentDeskInput{BatchesPerRun: 1})
+
+	got := call.result(t)
+	require.Len(t, got, 2)
+	assert.Equal(t, workflows.Decision{EnrollmentID: enrollmentID, Status: workflows.StatusWaitlisted, Position: 1}, got[0])
+	assert.Equal(t, workflows.RefusalCourseFull, got[1].Refusal, "someone waits: no seat for a newcomer")
+	assert.Empty(t, f.publishedMessages(), "a place on the waitlist is not an event")
+	assert.Equal(t, workflows.StatusWaitlisted, f.statusOf(enrollmentID))
 }
 
 // A cancellation frees a seat; its Promotion child gives it to the head of
@@ -57,7 +54,7 @@ func TestCancellationPromotesTheHeadOfTheWaitlist(t *testing.T) {
 	w1 := workflows.EnrollmentInput{EnrollmentID: "enr-w1", CourseID: courseID, StudentID: "stu-w1"}
 	assert.Equal(t, []string{
 		"Promotion " + workflows.PromotionWorkflowID(courseID, enrollmentID+":cancelled"),
-		"Enrollment " + workflows.PromotedWorkflowID(w1),
+		"Enrollment " + workflows.EnrollmentWorkflowID(w1),
 	}, children)
 	var events []string
 	for _, m := range f.publishedMessages() {
@@ -94,13 +91,13 @@ func TestPromotedEnrollmentCompensatedPromotesTheNext(t *testing.T) {
 		env.SignalWorkflow(workflows.SignalDeadLetter, workflows.DeadLetterDecision{Action: workflows.ActionCompensate})
 	}, time.Minute)
 	env.ExecuteWorkflow(workflows.Enrollment, workflows.EnrollmentInput{EnrollmentID: "enr-w1", CourseID: courseID,
-		StudentID: "stu-w1", RequestedAt: testStart, Reserved: true, Promoted: true})
+		StudentID: "stu-w1", RequestedAt: testStart, Promoted: true})
 	require.NoError(t, env.GetWorkflowError())
 	assert.Equal(t, workflows.StatusFailed, f.statusOf("enr-w1"))
 	w2 := workflows.EnrollmentInput{EnrollmentID: "enr-w2", CourseID: courseID, StudentID: "stu-w2"}
 	assert.Equal(t, []string{
 		"Promotion " + workflows.PromotionWorkflowID(courseID, "enr-w1:failed"),
-		"Enrollment " + workflows.PromotedWorkflowID(w2),
+		"Enrollment " + workflows.EnrollmentWorkflowID(w2),
 	}, children)
 	assert.Equal(t, 1, f.seatsTaken(courseID), "the seat went to w2")
 }

@@ -28,7 +28,6 @@ func TestBoundedWork(t *testing.T) {
 	cfg := s.Config
 	cfg.HTTPAddr = "127.0.0.1:0"
 	cfg.InternalHTTPAddr = "127.0.0.1:0"
-	cfg.EnrollMode = "single" // the decision answers "reserved" before the publish
 	cfg.RequestTimeout = time.Second
 	cfg.Security.MaxConfirmWaiters = 1
 	svc, err := startAPI(cfg, s.Log, s.Pool, s.Client, newTelemetry())

@@ -27,7 +27,7 @@ import (
 // checks that each is keyed by its coupon type.
 func couponEvents(t *testing.T, s *stack, topic string) []workflows.Event {
 	t.Helper()
-	return readTopic(t, s, topic, "coupon_type_id")
+	return readTopic(t, s.Config.KafkaBrokers, topic, "coupon_type_id")
 }
 
 // couponEventsOf counts the events of one type per coupon, checking that

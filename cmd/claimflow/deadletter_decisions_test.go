@@ -191,17 +191,13 @@ func TestDeadLetterDecisions(t *testing.T) {
 }
 
 // recordNamedDecisions is the recorder's step (TestRecordHistories) for
-// enrollment_dead_letter_named_decisions: an Enrollment run (ENROLL_MODE
-// single, through api) dead-letters its event; two concurrent retries, of
-// which the API takes one; round 2 dead-letters; a stale decision for round
-// 1 is signalled straight to the run and ignored; a compensate of round 2
-// releases the seat.
-func recordNamedDecisions(t *testing.T, s *stack, rec *historyRecorder, admin, api *apiClient, course, run string) {
+// enrollment_dead_letter_named_decisions: a handed-off Enrollment run has
+// dead-lettered its event (dl, while removeFault's fault holds); two
+// concurrent retries, of which the API takes one; round 2 dead-letters; a
+// stale decision for round 1 is signalled straight to the run and ignored;
+// a compensate of round 2 releases the seat.
+func recordNamedDecisions(t *testing.T, s *stack, rec *historyRecorder, admin *apiClient, dl map[string]any, id string, removeFault func()) {
 	t.Helper()
-	removeFault := failProduces(t, s, workflows.EnrollmentTopic)
-	e := api.must("POST", "/v1/courses/"+course+"/enrollments", map[string]any{"student_id": "named-" + run}, http.StatusCreated)
-	id := e["id"].(string)
-	dl := waitDeadLetter(t, admin, id)
 	path := fmt.Sprintf("/v1/dead-letters/%v/", dl["id"])
 	var codes [2]int
 	var wg sync.WaitGroup

@@ -45,7 +45,7 @@ type replica struct {
 
 // startReplica runs the built binary with args against the stack's
 // infrastructure. The environment is built from scratch so that variables
-// of the shell running the tests (ENROLL_MODE, LOG_LEVEL...) cannot change
+// of the shell running the tests (CLAIM_DESKS, LOG_LEVEL...) cannot change
 // what the replicas do.
 func startReplica(t *testing.T, s *stack, name string, args []string, extraEnv ...string) *replica {
 	t.Helper()
@@ -105,9 +105,9 @@ func (r *replica) alive(t *testing.T) {
 	}
 }
 
-// startAPIReplica starts `claimflow api` on a free port with the given
-// ENROLL_MODE and returns a client of it once /readyz answers 200.
-func startAPIReplica(t *testing.T, s *stack, name, enrollMode string) *apiClient {
+// startAPIReplica starts `claimflow api` on a free port and returns a
+// client of it once /readyz answers 200.
+func startAPIReplica(t *testing.T, s *stack, name string) *apiClient {
 	t.Helper()
 	port, err := devstack.FreePort()
 	if err != nil {
@@ -116,7 +116,7 @@ func startAPIReplica(t *testing.T, s *stack, name, enrollMode string) *apiClient
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	// The stack migrated the database already; two APIs migrating at once
 	// is not what this test is about.
-	r := startReplica(t, s, name, []string{"api", "-migrate=false"}, "HTTP_ADDR="+addr, "ENROLL_MODE="+enrollMode)
+	r := startReplica(t, s, name, []string{"api", "-migrate=false"}, "HTTP_ADDR="+addr)
 	token, err := mintToken(s.Config.Security.JWTSecret, "test-admin", "admin", 24*time.Hour)
 	if err != nil {
 		t.Fatalf("mint the test client's token: %v", err)
@@ -383,13 +383,11 @@ func TestTwoAPIsTwoWorkers(t *testing.T) {
 		t.Fatal("the stack did not start the payout simulator")
 	}
 	startWorkerReplicas(t, s, 2)
-	// One API decides each enrollment in its own run (ReserveSeat), the other
-	// in group-commit batches (ReserveSeats) on a desk, the default, and in
-	// batch runs beside it: both guards of one course's seats are contended
-	// against each other.
+	// Two APIs send their batches to the same desks: their batches meet
+	// in the desks' workflow tasks and on the courses' rows.
 	apis := []*apiClient{
-		startAPIReplica(t, s, "api-0", "single"),
-		startAPIReplica(t, s, "api-1", "desk"),
+		startAPIReplica(t, s, "api-0"),
+		startAPIReplica(t, s, "api-1"),
 	}
 	t.Logf("stack, 2 workers and 2 APIs up in %s", time.Since(began).Round(time.Millisecond))
 	// IDs unique to this run, for a real Kafka broker shared between runs.

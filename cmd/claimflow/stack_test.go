@@ -271,12 +271,12 @@ func heldFor(d time.Duration, cond func() bool) func() bool {
 // topicEvents reads every event on an enrollment topic from the beginning.
 func topicEvents(t *testing.T, s *stack, topic string) []workflows.Event {
 	t.Helper()
-	return readTopic(t, s, topic, "course_id")
+	return readTopic(t, s.Config.KafkaBrokers, topic, "course_id")
 }
 
 // readTopic reads every event on a topic from the beginning and checks that
 // each message is keyed by the event's keyField (its ordering key).
-func readTopic(t *testing.T, s *stack, topic, keyField string) []workflows.Event {
+func readTopic(t *testing.T, brokers []string, topic, keyField string) []workflows.Event {
 	t.Helper()
 	cfg := sarama.NewConfig()
 	v, err := sarama.ParseKafkaVersion(kafka.DefaultVersion)
@@ -284,7 +284,7 @@ func readTopic(t *testing.T, s *stack, topic, keyField string) []workflows.Event
 		t.Fatal(err)
 	}
 	cfg.Version = v
-	client, err := sarama.NewClient(s.Config.KafkaBrokers, cfg)
+	client, err := sarama.NewClient(brokers, cfg)
 	if err != nil {
 		t.Fatalf("kafka client: %v", err)
 	}
@@ -446,14 +446,9 @@ func TestIntegration(t *testing.T) {
 	s := testStack(t, dataDir(t))
 	c := newAPIClient(t, s)
 
-	// Every enrollment path meets the same database guards: the batcher's
-	// group-committed ReserveSeats (in a run per batch, or on a desk) and
-	// the per-request ReserveSeat.
-	for _, mode := range []string{"batch", "desk", "single"} {
-		t.Run("concurrent students never oversell/"+mode, func(t *testing.T) {
-			oversellRush(t, s, apiInMode(t, s, c, mode), "hot-"+mode)
-		})
-	}
+	t.Run("concurrent students never oversell", func(t *testing.T) {
+		oversellRush(t, s, c, "hot")
+	})
 	t.Run("a desk decides the batches that reach it together as one", func(t *testing.T) {
 		// While the desk's first batch waits on a course row this test
 		// locks, three more batches reach the desk, one from each of three
@@ -462,7 +457,7 @@ func TestIntegration(t *testing.T) {
 		// publish.
 		replicas := make([]*apiClient, 4)
 		for i := range replicas {
-			replicas[i] = apiInMode(t, s, c, "desk", func(cfg *appconfig.Config) { cfg.ClaimDesks = 1 })
+			replicas[i] = secondAPI(t, s, c, func(cfg *appconfig.Config) { cfg.ClaimDesks = 1 })
 		}
 		closeDesk(t, s, 0) // a desk run of this test's batches alone
 		c.must("POST", "/v1/courses", map[string]any{"id": "merge101", "title": "Merged", "capacity": 10}, http.StatusCreated)
@@ -526,28 +521,32 @@ func TestIntegration(t *testing.T) {
 		}
 	})
 
-	t.Run("a batch the desk cannot list goes to a run of its own", func(t *testing.T) {
-		// Desks whose search attribute values take 40 bytes: the first
-		// batch lists a student of 7 bytes; a batch from another replica
-		// whose student takes 35 would make 42, so the desk rejects it and
-		// that replica decides it in a batch run of its own.
-		small := func(cfg *appconfig.Config) { cfg.ClaimDesks, cfg.ClaimBatchAttrBytes = 1, 40 }
-		first, second := apiInMode(t, s, c, "desk", small), apiInMode(t, s, c, "desk", small)
+	t.Run("a batch the desk cannot list goes to its next run", func(t *testing.T) {
+		// Desks whose search attribute values take 67 bytes, the least
+		// allowed: the first batch lists a student of 7 bytes; a batch from
+		// another replica whose student takes 61 would make 68, so the desk
+		// turns it away and continues as new, and that replica sends it to
+		// the next run.
+		small := func(cfg *appconfig.Config) {
+			cfg.ClaimDesks, cfg.ClaimBatchAttrBytes = 1, appconfig.MinClaimBatchAttrBytes
+		}
+		first, second := secondAPI(t, s, c, small), secondAPI(t, s, c, small)
 		closeDesk(t, s, 0) // the next batch starts a desk with these settings
 		defer closeDesk(t, s, 0)
 		c.must("POST", "/v1/courses", map[string]any{"id": "full101", "title": "Full desk", "capacity": 10}, http.StatusCreated)
 		a := first.must("POST", "/v1/courses/full101/enrollments", map[string]any{"student_id": "fl-0"}, http.StatusCreated)
-		b := second.must("POST", "/v1/courses/full101/enrollments", map[string]any{"student_id": "fl-" + strings.Repeat("x", 29)}, http.StatusCreated)
+		b := second.must("POST", "/v1/courses/full101/enrollments", map[string]any{"student_id": "fl-" + strings.Repeat("x", 55)}, http.StatusCreated)
 		if a["status"] != "confirmed" || a["workflow_id"] != workflows.EnrollmentDeskWorkflowID(0) {
 			t.Errorf("the first claim answered %v, want confirmed by the desk", a)
 		}
-		if wid, _ := b["workflow_id"].(string); b["status"] != "confirmed" || !strings.HasPrefix(wid, "enrollment-batch:") {
-			t.Errorf("the second claim answered %v, want confirmed by a batch run", b)
+		if b["status"] != "confirmed" || b["workflow_id"] != workflows.EnrollmentDeskWorkflowID(0) || b["run_id"] == a["run_id"] {
+			t.Errorf("the second claim answered %v, want confirmed by the desk's next run (not %v)", b, a["run_id"])
 		}
-		for i, r := range []*apiClient{first, second} {
-			if n, want := metricValue(metricsText(t, r), "claimflow_claim_desk_full_total"), float64(i); n != want {
-				t.Errorf("replica %d counted %v batches the desk could not list, want %v", i, n, want)
-			}
+		if n := metricValue(metricsText(t, first), "claimflow_claim_desk_full_total"); n != 0 {
+			t.Errorf("the first replica counted %v batches the desk could not list, want 0", n)
+		}
+		if n := metricValue(metricsText(t, second), "claimflow_claim_desk_full_total"); n < 1 {
+			t.Errorf("the second replica counted %v batches the desk could not list, want at least 1", n)
 		}
 	})
 
@@ -558,11 +557,9 @@ func TestIntegration(t *testing.T) {
 		// The desk of the rushes above keeps its own input: an operator's
 		// cancel closes it, and the next batch starts a desk with this
 		// API's settings.
-		// With one batch under way at a time, every batch goes to the desk
-		// (none finds it busy).
 		closeDesk(t, s, 0)
-		oversellRush(t, s, apiInMode(t, s, c, "desk", func(cfg *appconfig.Config) {
-			cfg.ClaimDesks, cfg.ClaimDeskBatches, cfg.ClaimBatchInFlight = 1, 2, 1
+		oversellRush(t, s, secondAPI(t, s, c, func(cfg *appconfig.Config) {
+			cfg.ClaimDesks, cfg.ClaimDeskBatches = 1, 2
 		}), "hot-desk-can")
 		// The rush's first claim goes out alone, the rest after it: at
 		// least two batches, so the new desk continued as new at least once.
@@ -634,7 +631,7 @@ func TestIntegration(t *testing.T) {
 			`claimflow_dead_letters_open 0`,
 			`claimflow_db_pool_max_connections{pool="services"} 64`,
 			`claimflow_db_pool_acquire_seconds_total{pool="services"}`,
-			`temporal_workflow_completed_total{`,
+			`temporal_workflow_task_execution_latency_seconds_count{`,
 			`go_goroutines`,
 		} {
 			if !strings.Contains(text, want) {
@@ -818,29 +815,24 @@ func countEvents(h *historypb.History, types ...enumspb.EventType) []int {
 	return n
 }
 
-// apiInMode is a client of an API in the given ENROLL_MODE: the stack's own
-// when it runs in that mode (and nothing is tuned), else a second API
-// started on the same stack with tune applied to its configuration.
-func apiInMode(t *testing.T, s *stack, c *apiClient, mode string, tune ...func(*appconfig.Config)) *apiClient {
+// secondAPI is a client of a second API started on the same stack with
+// tune applied to its configuration.
+func secondAPI(t *testing.T, s *stack, c *apiClient, tune ...func(*appconfig.Config)) *apiClient {
 	t.Helper()
-	if s.Config.EnrollMode == mode && len(tune) == 0 {
-		return c
-	}
 	cfg := s.Config
-	cfg.EnrollMode = mode
 	for _, f := range tune {
 		f(&cfg)
 	}
 	cfg.HTTPAddr = "127.0.0.1:0"
 	svc, err := startAPI(cfg, s.Log, s.Pool, s.Client, newTelemetry())
 	if err != nil {
-		t.Fatalf("start a second API in %s mode: %v", mode, err)
+		t.Fatalf("start a second API: %v", err)
 	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		if err := svc.Stop(ctx); err != nil {
-			t.Errorf("stop the %s API: %v", mode, err)
+			t.Errorf("stop the second API: %v", err)
 		}
 	})
 	c2 := *c

@@ -25,12 +25,14 @@ const (
 	// TEMPORAL_GRPC_COMPRESSION.
 	TemporalCompressionGzip = "gzip"
 	TemporalCompressionNone = "none"
-	// DefaultClaimBatchMax bounds the claims one batch run decides.
+	// DefaultClaimBatchMax bounds the claims of one batch.
 	DefaultClaimBatchMax = 500
-	// DefaultClaimBatchInFlight bounds the batch runs under way at once.
-	DefaultClaimBatchInFlight = 2
-	// DefaultClaimDesks is how many desk runs the API sends batches to
-	// (ENROLL_MODE=desk, the default), one batch on each at a time.
+	// DefaultClaimDesks is how many desk runs an API process sends
+	// batches to, one batch on each at a time: the batches it has under
+	// way at once. One: at 2,000 claims/s on two cores a second desk made
+	// batches a third smaller and every answer slower (p50 35–41 ms
+	// against 28–31 ms, three runs each; docs/performance.md); a larger
+	// Temporal cluster may differ.
 	DefaultClaimDesks = 1
 	// DefaultClaimDeskBatches is how many batches a desk run decides before
 	// it continues as new: well below the 2,000 updates the Temporal server
@@ -40,6 +42,22 @@ const (
 	// attribute values below the server's default per-value limit
 	// (frontend.searchAttributesSizeOfValueLimit, 2 KiB).
 	DefaultClaimBatchAttrBytes = 2000
+	// MinClaimBatchAttrBytes lists one ID of the longest kind the API takes
+	// (64 characters, quoted, with a comma), so that a desk's fresh run
+	// takes any batch of one claim.
+	MinClaimBatchAttrBytes = 67
+	// DefaultRecoveryAfter is the age of a reservation after which no
+	// desk holds it: a desk finishes a batch in one workflow task, bounded
+	// by its local activities' timeouts (25 s), so a reservation older than
+	// this is stranded (workflows.RecoverReservations).
+	DefaultRecoveryAfter = time.Minute
+	// DefaultRecoveryEvery is how often the recovery schedule runs: the
+	// longest a stranded reservation waits for it, beyond DefaultRecoveryAfter.
+	DefaultRecoveryEvery = 15 * time.Second
+	// minRecoveryAfter keeps the recovery off the reservations a live desk
+	// still holds: its workflow task's bound (a claim's DecisionDeadline,
+	// 25 s) with a margin.
+	minRecoveryAfter = 30 * time.Second
 	// DefaultWaitlistPerSeat bounds a course's waitlist at this many places
 	// per seat of capacity.
 	DefaultWaitlistPerSeat = 2
@@ -48,7 +66,7 @@ const (
 	// that a batch lost to a crash is redone quickly.
 	DefaultConsumerBatch = 500
 	// DefaultMaxInflightClaims is above what group commit holds at once
-	// (CLAIM_BATCH_INFLIGHT × CLAIM_BATCH_MAX plus the next batch forming),
+	// (CLAIM_DESKS × CLAIM_BATCH_MAX plus the next batch forming),
 	// so the bound sheds a true overload rather than a healthy burst.
 	DefaultMaxInflightClaims = 8192
 	defaultRatePerSubject    = 50
@@ -122,14 +140,19 @@ var variables = []variable{
 	{"CONSUMER_GROUP", "claimflow-notifications", "the consumer's group"},
 	{"CONSUMER_BATCH", strconv.Itoa(DefaultConsumerBatch), "records the consumer applies together (1-10000)"},
 	{"NOTIFY_WEBHOOK_URL", "", "webhook receiving every notification (empty: the table alone)"},
-	{"ENROLL_MODE", "desk", "desk (a batch to a run that stays when it is free, else a batch run of its own), batch (group commit, a run per batch) or single (a run per request)"},
-	{"CLAIM_BATCH_MAX", strconv.Itoa(DefaultClaimBatchMax), "claims one batch run decides"},
-	{"CLAIM_BATCH_INFLIGHT", strconv.Itoa(DefaultClaimBatchInFlight), "batch runs under way at once"},
-	{"CLAIM_BATCH_ATTR_BYTES", strconv.Itoa(DefaultClaimBatchAttrBytes), "bound of a batch's search attribute values"},
-	{"CLAIM_DESKS", strconv.Itoa(DefaultClaimDesks), "desk runs the API sends batches to, one at a time on each (ENROLL_MODE=desk)"},
+	{"CLAIM_BATCH_MAX", strconv.Itoa(DefaultClaimBatchMax), "claims of one batch"},
+	{"CLAIM_BATCH_ATTR_BYTES", strconv.Itoa(DefaultClaimBatchAttrBytes), "bound of a batch's, and a desk run's, search attribute values"},
+	{"CLAIM_DESKS", strconv.Itoa(DefaultClaimDesks), "desk runs an API process sends batches to, one at a time on each"},
 	{"CLAIM_DESK_BATCHES", strconv.Itoa(DefaultClaimDeskBatches), "batches a desk run decides before it continues as new (at most 1500)"},
 	{"WAITLIST_PER_SEAT", strconv.Itoa(DefaultWaitlistPerSeat), "waitlist places per seat of a course's capacity (0: no waitlist)"},
+	{"RECOVERY_AFTER", DefaultRecoveryAfter.String(), "a desk's reservation still reserved this long after it was recorded has no live desk: the recovery finishes it (at least 30s)"},
+	{"RECOVERY_EVERY", DefaultRecoveryEvery.String(), "how often the worker's schedule looks for such reservations"},
 }
+
+// RecoveryBound is the longest a reservation may have no run to finish it:
+// RECOVERY_AFTER for it to count as stranded, then up to two periods of the
+// recovery's schedule (one to come round, one for the run it starts).
+func (c Config) RecoveryBound() time.Duration { return c.RecoveryAfter + 2*c.RecoveryEvery }
 
 // Names lists every environment variable claimflow reads, for usage texts
 // and for the deployment tests that check compose and k8s set only these.
@@ -183,6 +206,9 @@ type Config struct {
 	MaxActivities int
 	// ShutdownTimeout bounds graceful shutdown after SIGTERM.
 	ShutdownTimeout time.Duration
+	// RecoveryAfter and RecoveryEvery are the reservation recovery's age
+	// bound and period (RECOVERY_AFTER, RECOVERY_EVERY).
+	RecoveryAfter, RecoveryEvery time.Duration
 	// MetricsAddr serves /metrics for processes without an API (worker).
 	MetricsAddr string
 	// LogFormat is json (production) or text (a terminal).
@@ -200,18 +226,13 @@ type Config struct {
 	// NotifyWebhookURL, when set, receives every notification before it is
 	// recorded (consumer and worker both); empty means the table alone.
 	NotifyWebhookURL string
-	// EnrollMode is "desk" (a batch to a run that stays when it is free,
-	// else a batch run of its own; the default), "batch" (group commit in a
-	// run per batch) or "single" (one Enrollment run per request).
-	EnrollMode string
 	// ClaimDesks is how many desk runs the API sends batches to, and
 	// ClaimDeskBatches how many batches one run decides before it
 	// continues as new.
 	ClaimDesks       int
 	ClaimDeskBatches int
-	// ClaimBatchMax and ClaimBatchInFlight tune group commit.
-	ClaimBatchMax      int
-	ClaimBatchInFlight int
+	// ClaimBatchMax bounds the claims of one batch.
+	ClaimBatchMax int
 	// ClaimBatchAttrBytes bounds a batch's CourseId/StudentId search
 	// attribute values; it must not exceed the server's
 	// frontend.searchAttributesSizeOfValueLimit.
@@ -295,10 +316,6 @@ func load(lookup func(string) (string, bool)) (Config, error) {
 	if c.MaxActivities, err = e.positive("WORKER_MAX_ACTIVITIES"); err != nil {
 		return c, err
 	}
-	c.EnrollMode = e.get("ENROLL_MODE")
-	if c.EnrollMode != "batch" && c.EnrollMode != "desk" && c.EnrollMode != "single" {
-		return c, fmt.Errorf("ENROLL_MODE must be batch, desk or single, got %q", c.EnrollMode)
-	}
 	if c.ClaimDesks, err = e.positive("CLAIM_DESKS"); err != nil {
 		return c, err
 	}
@@ -311,14 +328,23 @@ func load(lookup func(string) (string, bool)) (Config, error) {
 	if c.ClaimBatchMax, err = e.positive("CLAIM_BATCH_MAX"); err != nil {
 		return c, err
 	}
-	if c.ClaimBatchInFlight, err = e.positive("CLAIM_BATCH_INFLIGHT"); err != nil {
-		return c, err
-	}
 	if c.ClaimBatchAttrBytes, err = e.positive("CLAIM_BATCH_ATTR_BYTES"); err != nil {
 		return c, err
 	}
+	if c.ClaimBatchAttrBytes < MinClaimBatchAttrBytes {
+		return c, fmt.Errorf("CLAIM_BATCH_ATTR_BYTES must be at least %d (one ID of 64 characters, listed), got %d",
+			MinClaimBatchAttrBytes, c.ClaimBatchAttrBytes)
+	}
 	if c.WaitlistPerSeat, err = strconv.Atoi(e.get("WAITLIST_PER_SEAT")); err != nil || c.WaitlistPerSeat < 0 || c.WaitlistPerSeat > 1000 {
 		return c, fmt.Errorf("WAITLIST_PER_SEAT must be a whole number from 0 to 1000, got %q", e.raw("WAITLIST_PER_SEAT"))
+	}
+	c.RecoveryAfter, err = time.ParseDuration(e.get("RECOVERY_AFTER"))
+	if err != nil || c.RecoveryAfter < minRecoveryAfter {
+		return c, fmt.Errorf("RECOVERY_AFTER must be a duration of at least %s, got %q", minRecoveryAfter, e.raw("RECOVERY_AFTER"))
+	}
+	c.RecoveryEvery, err = time.ParseDuration(e.get("RECOVERY_EVERY"))
+	if err != nil || c.RecoveryEvery < time.Second {
+		return c, fmt.Errorf("RECOVERY_EVERY must be a duration of at least 1s, got %q", e.raw("RECOVERY_EVERY"))
 	}
 	c.ShutdownTimeout, err = time.ParseDuration(e.get("SHUTDOWN_TIMEOUT"))
 	if err != nil {

@@ -69,8 +69,9 @@ func TestDefaultsParse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.ClaimBatchMax != DefaultClaimBatchMax || cfg.ClaimBatchInFlight != DefaultClaimBatchInFlight ||
-		cfg.ClaimBatchAttrBytes != DefaultClaimBatchAttrBytes || cfg.ConsumerBatch != DefaultConsumerBatch {
+	if cfg.ClaimBatchMax != DefaultClaimBatchMax || cfg.ClaimDesks != DefaultClaimDesks ||
+		cfg.ClaimBatchAttrBytes != DefaultClaimBatchAttrBytes || cfg.ConsumerBatch != DefaultConsumerBatch ||
+		cfg.RecoveryAfter != DefaultRecoveryAfter || cfg.RecoveryEvery != DefaultRecoveryEvery {
 		t.Fatalf("defaults = %+v", cfg)
 	}
 	if cfg.IsSet("DATABASE_URL") {

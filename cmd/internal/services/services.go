@@ -97,18 +97,10 @@ func StartAPI(cfg config.Config, log *slog.Logger, pool *pgxpool.Pool, tc client
 	if err != nil {
 		return nil, err
 	}
-	var batching *api.BatchOptions
-	switch cfg.EnrollMode {
-	case "batch":
-		batching = &api.BatchOptions{MaxBatch: cfg.ClaimBatchMax, InFlight: cfg.ClaimBatchInFlight,
-			MaxAttrBytes: cfg.ClaimBatchAttrBytes}
-	case "desk":
-		batching = &api.BatchOptions{MaxBatch: cfg.ClaimBatchMax, InFlight: cfg.ClaimBatchInFlight,
-			Desks: cfg.ClaimDesks, DeskBatches: cfg.ClaimDeskBatches, MaxAttrBytes: cfg.ClaimBatchAttrBytes}
-	}
 	handler := api.New(api.Config{
-		Security:         security,
-		Batching:         batching,
+		Security: security,
+		Batching: api.BatchOptions{MaxBatch: cfg.ClaimBatchMax, Desks: cfg.ClaimDesks, DeskBatches: cfg.ClaimDeskBatches,
+			MaxAttrBytes: cfg.ClaimBatchAttrBytes},
 		Metrics:          tel.Registry,
 		Gatherer:         tel.Registry,
 		Temporal:         tc,
@@ -215,11 +207,18 @@ func StartWorker(cfg config.Config, log *slog.Logger, pool *pgxpool.Pool, tc cli
 		Sink: NotifySink(cfg, pool)}
 	w := worker.New(tc, acts, delivery, worker.Options{
 		MaxConcurrentActivities: cfg.MaxActivities,
-		Interceptors:            []interceptor.WorkerInterceptor{worker.NewAttemptMetrics(tel.Registry)},
+		Interceptors:            append([]interceptor.WorkerInterceptor{worker.NewAttemptMetrics(tel.Registry)}, crashInterceptors()...),
 	})
 	if err := w.Start(); err != nil {
 		_ = producer.Close()
 		return nil, fmt.Errorf("start worker: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := worker.ScheduleRecovery(ctx, tc, cfg.RecoveryAfter, cfg.RecoveryEvery); err != nil {
+		w.Stop()
+		_ = producer.Close()
+		return nil, err
 	}
 	log.Info("worker polling", "task_queue", "claimflow")
 	return &WorkerService{w: w, producer: producer}, nil
