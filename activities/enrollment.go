@@ -230,9 +230,11 @@ func (a *Activities) ResolveDeadLetter(ctx context.Context, in workflows.Resolve
 func (a *Activities) CancelEnrollment(ctx context.Context, in workflows.CancelEnrollmentInput) (workflows.CancelEnrollmentResult, error) {
 	var res workflows.CancelEnrollmentResult
 	err := pgx.BeginFunc(ctx, a.DB, func(tx pgx.Tx) error {
-		var status string
-		err := tx.QueryRow(ctx, `SELECT course_id, student_id, status FROM enrollments WHERE id = $1 FOR UPDATE`,
-			in.EnrollmentID).Scan(&res.CourseID, &res.StudentID, &status)
+		var status, by, from string
+		err := tx.QueryRow(ctx, `
+			SELECT course_id, student_id, status, COALESCE(cancelled_by, ''), COALESCE(cancelled_from, '')
+			FROM enrollments WHERE id = $1 FOR UPDATE`,
+			in.EnrollmentID).Scan(&res.CourseID, &res.StudentID, &status, &by, &from)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return workflows.Refuse(workflows.RefusalEnrollmentNotFound, "enrollment %s does not exist", in.EnrollmentID)
 		}
@@ -242,6 +244,12 @@ func (a *Activities) CancelEnrollment(ctx context.Context, in workflows.CancelEn
 		res.Status = workflows.EnrollmentStatus(status)
 		switch res.Status {
 		case workflows.StatusCancelled:
+			if in.RunID != "" && by == in.RunID {
+				// This run's own earlier attempt, whose answer was lost:
+				// answer as it would have, so the run frees and tells.
+				res.Changed = true
+				res.FreedSeat, res.LeftWaitlist = from != string(workflows.StatusWaitlisted), from == string(workflows.StatusWaitlisted)
+			}
 			return nil
 		case workflows.StatusReserved, workflows.StatusDeadLettered:
 			return workflows.Refuse(workflows.RefusalEnrollmentPending,
@@ -254,8 +262,9 @@ func (a *Activities) CancelEnrollment(ctx context.Context, in workflows.CancelEn
 				return fmt.Errorf("lock course %s: %w", res.CourseID, err)
 			}
 			if _, err := tx.Exec(ctx, `
-				UPDATE enrollments SET status = 'cancelled', cancelled_at = clock_timestamp(), updated_at = now()
-				WHERE id = $1`, in.EnrollmentID); err != nil {
+				UPDATE enrollments SET status = 'cancelled', cancelled_at = clock_timestamp(), updated_at = now(),
+					cancelled_by = $2, cancelled_from = 'waitlisted'
+				WHERE id = $1`, in.EnrollmentID, in.RunID); err != nil {
 				return fmt.Errorf("take %s off the waitlist: %w", in.EnrollmentID, err)
 			}
 			if _, err := tx.Exec(ctx, `UPDATE courses SET waitlisted = waitlisted - 1 WHERE id = $1`, res.CourseID); err != nil {
@@ -265,8 +274,9 @@ func (a *Activities) CancelEnrollment(ctx context.Context, in workflows.CancelEn
 			return nil
 		}
 		if _, err := tx.Exec(ctx, `
-			UPDATE enrollments SET status = 'cancelled', cancelled_at = clock_timestamp(), updated_at = now()
-			WHERE id = $1`, in.EnrollmentID); err != nil {
+			UPDATE enrollments SET status = 'cancelled', cancelled_at = clock_timestamp(), updated_at = now(),
+				cancelled_by = $2, cancelled_from = $3
+			WHERE id = $1`, in.EnrollmentID, in.RunID, status); err != nil {
 			return fmt.Errorf("cancel enrollment %s: %w", in.EnrollmentID, err)
 		}
 		if _, err := tx.Exec(ctx, `UPDATE courses SET enrolled = enrolled - 1 WHERE id = $1`, res.CourseID); err != nil {

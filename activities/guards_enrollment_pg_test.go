@@ -537,4 +537,51 @@ func TestCancelEnrollmentChangesOnce(t *testing.T) {
 		t.Errorf("%d cancellations changed the enrollment, want 1", changed)
 	}
 	assertSeats(t, db, course, 1)
+
+	// A cancellation run's retry after its commit (the answer lost) is told
+	// what its first attempt did, so the run goes on to promote and tell;
+	// another run is told nothing changed. Either way no second seat frees.
+	for _, e := range []string{"seat", "queued"} {
+		in := seatInput(p, e, course, e)
+		if _, err := reserveSeat(ctx, a, in); err != nil {
+			t.Fatal(err)
+		}
+		if e == "seat" {
+			if err := a.MarkConfirmed(ctx, in.EnrollmentID); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if _, err := db.Exec(ctx, `UPDATE enrollments SET status = 'waitlisted', waitlist_seq = 1 WHERE id = $1`, p+"queued"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(ctx, `UPDATE courses SET enrolled = enrolled - 1, waitlisted = waitlisted + 1 WHERE id = $1`, course); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		id               string
+		freed, leftQueue bool
+	}{{"seat", true, false}, {"queued", false, true}} {
+		first, err := a.CancelEnrollment(ctx, workflows.CancelEnrollmentInput{EnrollmentID: p + tc.id, RunID: "run-" + tc.id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		retry, err := a.CancelEnrollment(ctx, workflows.CancelEnrollmentInput{EnrollmentID: p + tc.id, RunID: "run-" + tc.id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		other, err := a.CancelEnrollment(ctx, workflows.CancelEnrollmentInput{EnrollmentID: p + tc.id, RunID: "another-run"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := workflows.CancelEnrollmentResult{Changed: true, CourseID: course, StudentID: tc.id, Status: workflows.StatusCancelled,
+			FreedSeat: tc.freed, LeftWaitlist: tc.leftQueue}
+		if first != want || retry != want {
+			t.Errorf("%s: cancel %+v, its retry %+v; want both %+v", tc.id, first, retry, want)
+		}
+		if other.Changed {
+			t.Errorf("%s: another run's cancellation %+v, want nothing changed", tc.id, other)
+		}
+	}
+	assertSeats(t, db, course, 1)
 }

@@ -153,8 +153,12 @@ type ResolveDeadLetterInput struct {
 	State DeadLetterState
 }
 
+// CancelEnrollmentInput cancels one enrollment for the run RunID, which the
+// row records, so that the run's retry after a lost answer is told what its
+// first attempt did.
 type CancelEnrollmentInput struct {
 	EnrollmentID string
+	RunID        string
 }
 
 // CancelEnrollmentResult reports the enrollment after the cancellation.

@@ -34,7 +34,9 @@ func Cancellation(ctx workflow.Context, in CancellationInput) (EnrollmentState, 
 func runCancellation(ctx workflow.Context, in CancellationInput, c *claim[EnrollmentState, Decision],
 	setStatus func(workflow.Context, EnrollmentStatus)) error {
 	state := &c.state
-	result, err := CancelEnrollment.Execute(databaseOptions(ctx), CancelEnrollmentInput(in))
+	result, err := CancelEnrollment.Execute(databaseOptions(ctx), CancelEnrollmentInput{
+		EnrollmentID: in.EnrollmentID, RunID: workflow.GetInfo(ctx).WorkflowExecution.RunID,
+	})
 	if refused, ok := refusalOf(err); ok {
 		state.Refusal = refused.Refusal
 		c.decide(ctx, Decision{EnrollmentID: in.EnrollmentID, Status: StatusRefused, Refusal: refused.Refusal, Message: refused.Message})

@@ -11,7 +11,12 @@
 -- have (workflows.RecoverReservations).
 ALTER TABLE enrollments
     ADD COLUMN batch_id       text,
-    ADD COLUMN occurred_at    timestamptz;
+    ADD COLUMN occurred_at    timestamptz,
+-- A cancellation names its run and what it cancelled (a seat or a place
+-- on the waitlist), so that its retry goes on to free and tell as the
+-- first attempt would have.
+    ADD COLUMN cancelled_by   text,
+    ADD COLUMN cancelled_from text;
 
 -- The reservations still open, oldest first: few at any time, since a
 -- desk confirms a batch in the workflow task that reserves it.
@@ -19,4 +24,4 @@ CREATE INDEX enrollments_reserved ON enrollments (recorded_at) WHERE status = 'r
 
 -- +goose Down
 DROP INDEX enrollments_reserved;
-ALTER TABLE enrollments DROP COLUMN occurred_at, DROP COLUMN batch_id;
+ALTER TABLE enrollments DROP COLUMN cancelled_from, DROP COLUMN cancelled_by, DROP COLUMN occurred_at, DROP COLUMN batch_id;
