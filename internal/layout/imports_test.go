@@ -1,6 +1,7 @@
 package layout
 
 import (
+	"maps"
 	"os"
 	"os/exec"
 	"regexp"
@@ -36,7 +37,7 @@ var mayImport = map[string][]string{
 		"internal/kafka", "dev/notifysim", "dev/payoutsim", "internal/store"},
 	"internal/layout":     {},
 	"cmd/claimflow":       {"api", "worker", "dev/audit", "internal/config", "internal/memtrim", "cmd/internal/services", "workflows"},
-	"cmd/claimflow-bench": {"api", "bench", "internal/config", "internal/kafka", "internal/store", "worker", "workflows"},
+	"cmd/claimflow-bench": {"api", "bench", "dev/audit", "internal/config", "internal/kafka", "internal/store", "worker", "workflows"},
 	"deploy":              {},
 	"deploy/kafka":        {},
 }
@@ -132,4 +133,62 @@ func sorted(s []string) []string {
 	out := slices.Clone(s)
 	slices.Sort(out)
 	return slices.Compact(out)
+}
+
+// productRooms are the product's packages by top-level folder: the service
+// and what it stands on. They never import the tooling wing (dev/, bench/)
+// nor the commands (cmd/), which wire them.
+var productRooms = []string{"api", "workflows", "activities", "consumer", "worker", "internal"}
+
+// TestTopLevelFoldersImportDownwards reads every package's non-test imports
+// as arrows between top-level folders and fails on an arrow from the
+// product to the tooling or the commands, and on any cycle among the
+// folders: with none, every arrow runs downwards.
+func TestTopLevelFoldersImportDownwards(t *testing.T) {
+	out, err := exec.Command("go", "list", "-f", "{{.ImportPath}} {{join .Imports \" \"}}", module+"...").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	top := func(pkg string) string { first, _, _ := strings.Cut(pkg, "/"); return first }
+	arrows := map[string]map[string]bool{}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		fields := strings.Fields(line)
+		from := top(strings.TrimPrefix(fields[0], module))
+		for _, imp := range fields[1:] {
+			ours, isOurs := strings.CutPrefix(imp, module)
+			if !isOurs || top(ours) == from {
+				continue
+			}
+			if arrows[from] == nil {
+				arrows[from] = map[string]bool{}
+			}
+			arrows[from][top(ours)] = true
+			if slices.Contains(productRooms, from) && !slices.Contains(productRooms, top(ours)) {
+				t.Errorf("%s (product) imports %s: the product never imports the tooling or the commands", fields[0], imp)
+			}
+		}
+	}
+	// A cycle is a folder reached again while its own arrows are walked.
+	state := map[string]int{} // 1 walking, 2 done
+	var walk func(f string, path []string)
+	walk = func(f string, path []string) {
+		switch state[f] {
+		case 1:
+			t.Errorf("the top-level folders import each other in a circle: %s", strings.Join(append(path, f), " → "))
+			return
+		case 2:
+			return
+		}
+		state[f] = 1
+		for _, to := range slices.Sorted(maps.Keys(arrows[f])) {
+			walk(to, append(path, f))
+		}
+		state[f] = 2
+	}
+	for _, f := range slices.Sorted(maps.Keys(arrows)) {
+		walk(f, nil)
+	}
+	if len(arrows) < 5 {
+		t.Fatalf("only %d folders with arrows read; go list answered too little", len(arrows))
+	}
 }
