@@ -154,11 +154,28 @@ type Audit struct {
 	UnexpectedEvents int     `json:"unexpected_events"`
 	Drained          bool    `json:"drained"`
 	DrainS           float64 `json:"drain_s"`
+	// Holders, when the arm can tell (Options.Holders), says who holds the
+	// enrollments still reserved: only those are in flight.
+	Holders *Holders `json:"holders,omitempty"`
+}
+
+// Holders splits the enrollments still reserved after the drain into those
+// a live run holds (in flight) and those none does (orphaned: the recovery
+// must finish them within its bound).
+type Holders struct {
+	InFlight int `json:"in_flight"`
+	Orphaned int `json:"orphaned"`
+	// Overdue orphans have waited longer than the recovery bound.
+	Overdue      int      `json:"overdue"`
+	OldestOrphan float64  `json:"oldest_orphan_s"`
+	OrphanIDs    []string `json:"orphan_ids,omitempty"`
+	BoundS       float64  `json:"recovery_bound_s"`
 }
 
 // OK reports whether the audit found nothing wrong.
 func (a Audit) OK() bool {
-	return a.Lost == 0 && a.DuplicateEvents == 0 && a.MissingEvents == 0 && a.OversoldCourses == 0 && a.UnexpectedEvents == 0
+	return a.Lost == 0 && a.DuplicateEvents == 0 && a.MissingEvents == 0 && a.OversoldCourses == 0 && a.UnexpectedEvents == 0 &&
+		(a.Holders == nil || a.Holders.Overdue == 0)
 }
 
 // audit compares what the clients were told, what the database holds and

@@ -51,6 +51,10 @@ type Options struct {
 	Progress      io.Writer
 	ProgressEvery time.Duration
 	Log           *slog.Logger
+	// Holders, when set, tells who holds the enrollments still reserved on
+	// the courses whose ID starts with coursePrefix (claimflow's arm: the
+	// command asks Temporal); the audit reports them.
+	Holders func(ctx context.Context, coursePrefix string) (Holders, error)
 }
 
 func (o *Options) defaults() {
@@ -246,6 +250,13 @@ func Run(ctx context.Context, o Options, arm Arm) (*Result, error) {
 	}
 	res.Audit.Drained = drained
 	res.Audit.DrainS = round3(drainTook.Seconds())
+	if o.Holders != nil && res.Audit.Pending > 0 {
+		h, err := o.Holders(ctx, res.RunID+"-")
+		if err != nil {
+			return nil, err
+		}
+		res.Audit.Holders = &h
+	}
 	if o.Churn > 0 || o.Waitlist {
 		wl, err := waitlistFigures(ctx, o.DB, res.RunID, courses, en)
 		if err != nil {

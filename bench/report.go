@@ -44,8 +44,16 @@ func WriteSummary(w io.Writer, r *Result) {
 	switch {
 	case !a.OK():
 		verdict = "FAILED"
+	case !a.Drained && a.Holders != nil && a.Holders.Orphaned > 0:
+		verdict = fmt.Sprintf("OK so far: %d claims held by a live run, %d orphaned (no run holds them; the oldest %.0fs, the recovery finishes them within %.0fs): %s",
+			a.Holders.InFlight, a.Holders.Orphaned, a.Holders.OldestOrphan, a.Holders.BoundS, strings.Join(a.Holders.OrphanIDs, " "))
+	case !a.Drained && a.Holders != nil:
+		verdict = fmt.Sprintf("OK so far: %d claims still in flight, each held by a live run; raise --drain-timeout for a final answer", a.Holders.InFlight)
 	case !a.Drained:
-		verdict = fmt.Sprintf("OK so far: %d claims still in flight; raise --drain-timeout for a final answer", a.Pending)
+		verdict = fmt.Sprintf("OK so far: %d claims not yet settled; raise --drain-timeout for a final answer", a.Pending)
+	}
+	if h := a.Holders; h != nil && h.Overdue > 0 {
+		verdict = fmt.Sprintf("FAILED: %d reservations orphaned for longer than the recovery bound (%.0fs): %s", h.Overdue, h.BoundS, strings.Join(h.OrphanIDs, " "))
 	}
 	p("  audit (%s): %s\n", drained, verdict)
 	p("    accepted %d, enrollments in db %d (confirmed %d, not terminal %d, never told to a client: %d)\n",

@@ -12,8 +12,11 @@ import (
 	temporallog "go.temporal.io/sdk/log"
 
 	"github.com/claimflow/claimflow/api"
+	"github.com/claimflow/claimflow/bench"
+	"github.com/claimflow/claimflow/dev/audit"
 	"github.com/claimflow/claimflow/internal/config"
 	"github.com/claimflow/claimflow/internal/kafka"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // benchEnv is what the bench reads from the environment: the same names and
@@ -44,6 +47,9 @@ type benchEnv struct {
 	// MigrateDatabaseURL is the schema owner's: the outbox peer creates
 	// its tables with it.
 	MigrateDatabaseURL string
+	// RecoveryBound is the longest a reservation may have no run to
+	// finish it (RECOVERY_AFTER, RECOVERY_EVERY).
+	RecoveryBound time.Duration
 }
 
 // loadEnv reads the bench's settings through claimflow's own configuration
@@ -71,6 +77,7 @@ func loadEnv() (benchEnv, error) {
 		LogFormat:        cfg.LogFormat,
 
 		MigrateDatabaseURL: cfg.MigrateDatabaseURL,
+		RecoveryBound:      cfg.RecoveryBound(),
 	}, nil
 }
 
@@ -132,4 +139,29 @@ func studentSigner(e benchEnv, dataDir string, ttl time.Duration) (func(string) 
 	return func(sub string) (string, error) {
 		return api.SignHS256(secret, sub, "", ttl, e.Issuer, e.Audience)
 	}, nil
+}
+
+// reservationHolders asks Temporal, after a run of claimflow's arm, who
+// holds the enrollments still reserved (dev/audit.CheckReservations), so
+// that the audit calls in flight only what a live run holds.
+func reservationHolders(e benchEnv, pool *pgxpool.Pool, log *slog.Logger) func(context.Context, string) (bench.Holders, error) {
+	return func(ctx context.Context, prefix string) (bench.Holders, error) {
+		tc, err := dialTemporal(ctx, e, log)
+		if err != nil {
+			return bench.Holders{}, err
+		}
+		defer tc.Close()
+		r, err := audit.CheckReservations(ctx, pool, tc, e.Namespace, prefix, e.RecoveryBound)
+		if err != nil {
+			return bench.Holders{}, err
+		}
+		h := bench.Holders{InFlight: r.InFlight, Orphaned: len(r.Orphaned), Overdue: r.Overdue(), BoundS: r.Bound.Seconds()}
+		for i, o := range r.Orphaned {
+			h.OldestOrphan = max(h.OldestOrphan, o.Age.Seconds())
+			if i < 10 {
+				h.OrphanIDs = append(h.OrphanIDs, o.EnrollmentID)
+			}
+		}
+		return h, nil
+	}
 }

@@ -290,6 +290,7 @@ func runLoad(ctx context.Context, env benchEnv, log *slog.Logger, mode string, a
 	defer pool.Close()
 	o := r.opts
 	o.DB, o.Log = pool, log
+	o.Holders = reservationHolders(env, pool, log)
 	if mode == "peer" || mode == "compare" {
 		// The peer creates its own tables: as the schema owner, since the
 		// services' runtime role has no DDL.

@@ -23,12 +23,14 @@ func runAudit(ctx context.Context, cfg appconfig.Config, log *slog.Logger, args 
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	show := fs.Int("show", 20, "list at most this many event IDs of each fault")
 	ledger := fs.String("webhook-ledger", "", "base URL of a webhook receiver with a delivery ledger (the simulator's, GET /admin/deliveries) to check its effects too")
-	useTemporal := fs.Bool("temporal", true, "ask Temporal whether undelivered events are still being retried")
+	useTemporal := fs.Bool("temporal", true, "ask Temporal whether undelivered events are still being retried, and which run holds each reservation")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: claimflow audit [flags]")
 		fmt.Fprintln(fs.Output(), "exits 1 when an event was lost, an effect happened twice (two notifications of one claim, a webhook key")
 		fmt.Fprintln(fs.Output(), "accepted twice), copies of an event differ, a notification has no event, or inline deliveries are out of")
-		fmt.Fprintln(fs.Output(), "key order; redelivered copies and webhook re-sends are reported, they are the at-least-once guarantee")
+		fmt.Fprintln(fs.Output(), "key order, or a reservation has had no run to finish it for longer than the recovery bound")
+		fmt.Fprintln(fs.Output(), "(RECOVERY_AFTER + 2 × RECOVERY_EVERY); redelivered copies and webhook re-sends are reported, they are the")
+		fmt.Fprintln(fs.Output(), "at-least-once guarantee")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -39,7 +41,8 @@ func runAudit(ctx context.Context, cfg appconfig.Config, log *slog.Logger, args 
 		return err
 	}
 	defer pool.Close()
-	in := audit.Input{Kafka: services.KafkaConfig(cfg, "claimflow-audit"), Topics: appconfig.SplitList(*topics), Group: *group, DB: pool, Show: *show}
+	in := audit.Input{Kafka: services.KafkaConfig(cfg, "claimflow-audit"), Topics: appconfig.SplitList(*topics), Group: *group, DB: pool, Show: *show,
+		Namespace: cfg.Namespace, RecoveryBound: cfg.RecoveryBound()}
 	if *ledger != "" {
 		in.Webhook = audit.WebhookLedger(*ledger)
 	}

@@ -88,6 +88,9 @@ type Report struct {
 	// seat while someone waits, promotions first come first served and
 	// once each, counters true.
 	Waitlist *store.WaitlistReport `json:"waitlist,omitempty"`
+	// Reservations says who holds each enrollment still reserved, when
+	// Temporal is there to ask (CheckReservations).
+	Reservations *ReservationReport `json:"reservations,omitempty"`
 	// The first few IDs of each fault, to start looking.
 	LostIDs      []string `json:"lost_event_ids,omitempty"`
 	DuplicateIDs []string `json:"duplicate_effect_event_ids,omitempty"`
@@ -103,7 +106,8 @@ type Report struct {
 // fault.
 func (r Report) OK() bool {
 	return r.Lost == 0 && r.DuplicateEffects == 0 && r.PayloadMismatches == 0 && r.ClaimDuplicates == 0 &&
-		r.Orphans == 0 && r.LateInline == 0 && (r.Webhook == nil || r.Webhook.OK()) && (r.Waitlist == nil || r.Waitlist.OK())
+		r.Orphans == 0 && r.LateInline == 0 && (r.Webhook == nil || r.Webhook.OK()) && (r.Waitlist == nil || r.Waitlist.OK()) &&
+		(r.Reservations == nil || r.Reservations.OK())
 }
 
 // Input is what Run reads.
@@ -119,6 +123,11 @@ type Input struct {
 	Webhook func(ctx context.Context, topics []string) ([]notifysim.Delivery, error)
 	// Show bounds the listed IDs.
 	Show int
+	// Namespace is Temporal's, where the runs that hold reservations are.
+	Namespace string
+	// RecoveryBound is how long a reservation may be orphaned before the
+	// recovery must have given it a run (config.Config.RecoveryBound).
+	RecoveryBound time.Duration
 }
 
 type delivered struct {
@@ -189,6 +198,13 @@ func Run(ctx context.Context, in Input) (Report, error) {
 		return r, err
 	}
 	r.Waitlist = &wl
+	if in.Temporal != nil {
+		rr, err := CheckReservations(ctx, in.DB, in.Temporal, in.Namespace, "", in.RecoveryBound)
+		if err != nil {
+			return r, err
+		}
+		r.Reservations = &rr
+	}
 	r.Took = time.Since(began).Round(time.Millisecond).String()
 	return r, nil
 }
@@ -619,6 +635,10 @@ func (r Report) WriteText(w io.Writer) {
 		fmt.Fprintf(w, "  webhook: %d keys, %d attempts, %d effects, %d re-sent after acceptance, %d retried after a refusal; "+
 			"%d keys took effect twice, %d changed body\n",
 			l.Keys, l.Attempts, l.Effects, l.Resent, l.Retried, len(l.DoubleEffects), len(l.BodyChanged))
+	}
+	if rr := r.Reservations; rr != nil {
+		fmt.Fprint(w, "  ")
+		rr.WriteText(w)
 	}
 	if wl := r.Waitlist; wl != nil {
 		fmt.Fprintf(w, "  waitlists: %d courses, %d waiting, %d promoted; free seats while waiting %d, oversold %d, "+
