@@ -55,9 +55,9 @@ func (c *consumer) RecordConsumeDeadLetter(context.Context, workflows.ConsumeDea
 // recordedNames are the activity names the recorded histories (and runs in
 // flight) carry. A change here breaks their replay, so it must be deliberate.
 var recordedNames = []string{
-	"CancelEnrollment", "ConfirmBatch", "DeliverNotification", "MarkConfirmed", "MarkCouponUsed",
+	"CancelEnrollment", "ConfirmBatch", "DeliverNotification", "FindStrandedReservations", "MarkConfirmed", "MarkCouponUsed",
 	"PayVendor", "PromoteWaitlist", "Publish", "PublishBatch", "RecordConsumeDeadLetter", "RecordDeadLetter", "RecordPayout",
-	"ReleaseSeat", "ReleaseSeats", "ReserveCoupon", "ReserveSeat", "ReserveSeats", "ResolveDeadLetter",
+	"ReleaseSeat", "ReleaseSeats", "ReserveCoupon", "ReserveSeats", "ResolveDeadLetter",
 	"RevokeCoupon", "UnmarkCouponUsed",
 }
 
