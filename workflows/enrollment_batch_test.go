@@ -289,31 +289,6 @@ func (b *batchFake) releaseSeatsCalls() [][]string {
 	return slices.Clone(b.releaseSeatSets)
 }
 
-// attemptsOfEvent is every single-message Publish attempt of one event.
-func (b *batchFake) attemptsOfEvent(eventID string) []publishAttempt {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	var out []publishAttempt
-	for _, a := range b.publishAttempts {
-		if a.EventID == eventID {
-			out = append(out, a)
-		}
-	}
-	return out
-}
-
-// deadLetterOf is the dead letter of an enrollment's confirmed event.
-func (b *batchFake) deadLetterOf(enrollmentID string) fakeDeadLetter {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	for _, d := range b.deadLetters {
-		if d.EnrollmentID == enrollmentID {
-			return *d
-		}
-	}
-	return fakeDeadLetter{}
-}
-
 // batchDecisionCall is what a desk answered one batch.
 type batchDecisionCall = updateCall[[]workflows.Decision]
 
@@ -375,11 +350,10 @@ func wantBatchEvents(t *testing.T, msgs []workflows.Message, claims []workflows.
 
 // batchRun is one EnrollmentBatch run under test.
 type batchRun struct {
-	t         *testing.T
-	env       *testsuite.TestWorkflowEnvironment
-	fake      *batchFake
-	claims    []workflows.EnrollmentInput
-	decisions *batchDecisionCall
+	t      *testing.T
+	env    *testsuite.TestWorkflowEnvironment
+	fake   *batchFake
+	claims []workflows.EnrollmentInput
 
 	mu sync.Mutex
 	// children are the Enrollment runs the batch started, by workflow ID.

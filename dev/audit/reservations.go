@@ -97,7 +97,7 @@ func CheckReservations(ctx context.Context, db *pgxpool.Pool, tc client.Client, 
 		if v, ok := open[key]; ok {
 			return v, nil
 		}
-		d, err := tc.DescribeWorkflowExecution(ctx, workflowID, runID)
+		d, err := tc.DescribeWorkflow(ctx, workflowID, runID)
 		var notFound *serviceerror.NotFound
 		switch {
 		case errors.As(err, &notFound):
@@ -105,7 +105,7 @@ func CheckReservations(ctx context.Context, db *pgxpool.Pool, tc client.Client, 
 		case err != nil:
 			return false, fmt.Errorf("describe %s: %w", key, err)
 		default:
-			open[key] = d.WorkflowExecutionInfo.Status == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING
+			open[key] = d.RawResponse.GetWorkflowExecutionInfo().GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING
 		}
 		return open[key], nil
 	}
