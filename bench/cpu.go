@@ -1,12 +1,10 @@
 package bench
 
 import (
-	"bytes"
-	"fmt"
-	"os"
 	"slices"
-	"strconv"
 	"strings"
+
+	"github.com/prometheus/procfs"
 )
 
 // clockTicks is USER_HZ, the unit of /proc's CPU times: 100 on every Linux
@@ -27,65 +25,27 @@ type procStat struct {
 	start uint64
 }
 
-// parseProcStat reads one /proc/PID/stat line. comm is in parentheses and
-// may hold spaces and parentheses itself: the fields after it start after
-// the last ')'.
-func parseProcStat(b []byte) (procStat, error) {
-	open, end := bytes.IndexByte(b, '('), bytes.LastIndexByte(b, ')')
-	if open < 0 || end < open {
-		return procStat{}, fmt.Errorf("no (comm) in %q", b)
-	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(b[:open])))
-	if err != nil {
-		return procStat{}, fmt.Errorf("pid: %w", err)
-	}
-	// After comm: state(3) ppid(4) ... utime(14) stime(15) cutime(16)
-	// cstime(17) ... starttime(22), numbered as proc(5) does.
-	f := strings.Fields(string(b[end+1:]))
-	field := func(n int) (uint64, error) {
-		i := n - 3
-		if i >= len(f) {
-			return 0, fmt.Errorf("stat of %d has no field %d", pid, n)
-		}
-		v, err := strconv.ParseInt(f[i], 10, 64) // cutime and cstime are signed
-		return uint64(max(v, 0)), err
-	}
-	st := procStat{pid: pid, comm: string(b[open+1 : end])}
-	var ppid uint64
-	if ppid, err = field(4); err != nil {
-		return st, err
-	}
-	st.ppid = int(ppid)
-	for n := 14; n <= 17; n++ {
-		v, err := field(n)
-		if err != nil {
-			return st, err
-		}
-		st.ticks += v
-	}
-	st.start, err = field(22)
-	return st, err
-}
+// procFS is where the bench reads processes and the machine's counters:
+// /proc, or a fixture in tests.
+var procFS = procfs.DefaultMountPoint
 
 // readProcs reads every process's stat; processes that end while it reads
 // are left out.
-func readProcs() (map[int]procStat, error) {
-	entries, err := os.ReadDir("/proc")
+func readProcs(fs procfs.FS) (map[int]procStat, error) {
+	all, err := fs.AllProcs()
 	if err != nil {
 		return nil, err
 	}
-	out := make(map[int]procStat, len(entries))
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
+	out := make(map[int]procStat, len(all))
+	for _, p := range all {
+		st, err := p.Stat()
 		if err != nil {
 			continue
 		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		if st, err := parseProcStat(b); err == nil && st.pid == pid {
-			out[pid] = st
+		out[st.PID] = procStat{
+			pid: st.PID, ppid: st.PPID, comm: st.Comm, start: st.Starttime,
+			// cutime and cstime are signed in the kernel's format.
+			ticks: uint64(st.UTime) + uint64(st.STime) + uint64(max(st.CUTime, 0)) + uint64(max(st.CSTime, 0)),
 		}
 	}
 	return out, nil
@@ -128,9 +88,11 @@ func cpuGroups(procs map[int]procStat, roots []int, self int) map[int]string {
 type cpuSnapshot struct {
 	procs map[int]procStat
 	group map[int]string
-	// busy, steal and total are the machine's CPU ticks from /proc/stat;
-	// ok is false when it could not be read.
-	busy, steal, total uint64
+	// busy, steal and total are the machine's CPU seconds from /proc/stat
+	// (busy is total less idle and iowait; steal, in busy, is the time a
+	// virtual machine's CPUs waited for the host); machineOK is false when
+	// it could not be read.
+	busy, steal, total float64
 	machineOK          bool
 	// ioStall is /proc/pressure/io's "some" total: the microseconds in
 	// which at least one task waited for the disk (a slow flush shows
@@ -140,57 +102,24 @@ type cpuSnapshot struct {
 }
 
 func takeCPUSnapshot(roots []int, self int) (cpuSnapshot, error) {
-	procs, err := readProcs()
+	fs, err := procfs.NewFS(procFS)
+	if err != nil {
+		return cpuSnapshot{}, err
+	}
+	procs, err := readProcs(fs)
 	if err != nil {
 		return cpuSnapshot{}, err
 	}
 	s := cpuSnapshot{procs: procs, group: cpuGroups(procs, roots, self)}
-	if b, err := os.ReadFile("/proc/stat"); err == nil {
-		s.busy, s.steal, s.total, err = parseMachineStat(b)
-		s.machineOK = err == nil
+	if st, err := fs.Stat(); err == nil {
+		c := st.CPUTotal // guest time is already in user
+		s.total = c.User + c.Nice + c.System + c.Idle + c.Iowait + c.IRQ + c.SoftIRQ + c.Steal
+		s.busy, s.steal, s.machineOK = s.total-c.Idle-c.Iowait, c.Steal, true
 	}
-	if b, err := os.ReadFile("/proc/pressure/io"); err == nil {
-		s.ioStall, err = parsePressureSome(b)
-		s.ioOK = err == nil
+	if psi, err := fs.PSIStatsForResource("io"); err == nil && psi.Some != nil {
+		s.ioStall, s.ioOK = psi.Some.Total, true
 	}
 	return s, nil
-}
-
-// parsePressureSome reads the "some" line's total (microseconds) of a
-// /proc/pressure file.
-func parsePressureSome(b []byte) (uint64, error) {
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) == 0 || f[0] != "some" {
-			continue
-		}
-		for _, kv := range f[1:] {
-			if v, ok := strings.CutPrefix(kv, "total="); ok {
-				return strconv.ParseUint(v, 10, 64)
-			}
-		}
-	}
-	return 0, fmt.Errorf("no some total in the pressure file")
-}
-
-// parseMachineStat reads the "cpu" line of /proc/stat: total is user +
-// nice + system + idle + iowait + irq + softirq + steal (guest time is
-// already in user), busy is total less idle and iowait, and steal (in
-// busy) is the time a virtual machine's CPUs waited for the host.
-func parseMachineStat(b []byte) (busy, steal, total uint64, err error) {
-	line, _, _ := bytes.Cut(b, []byte("\n"))
-	f := strings.Fields(string(line))
-	if len(f) < 9 || f[0] != "cpu" {
-		return 0, 0, 0, fmt.Errorf("no cpu line in /proc/stat")
-	}
-	var v [8]uint64
-	for i := range v {
-		if v[i], err = strconv.ParseUint(f[i+1], 10, 64); err != nil {
-			return 0, 0, 0, err
-		}
-		total += v[i]
-	}
-	return total - v[3] - v[4], v[7], total, nil
 }
 
 // CPURow is one row of the CPU table: a command name's processes, their
@@ -259,13 +188,13 @@ func cpuRows(a, b cpuSnapshot, windowS float64, cpus int) []CPURow {
 
 // machineBusy is the machine's busy share between a and b, or nil.
 func machineBusy(a, b cpuSnapshot) *float64 {
-	return machineShare(a, b, func(s cpuSnapshot) uint64 { return s.busy })
+	return machineShare(a, b, func(s cpuSnapshot) float64 { return s.busy })
 }
 
 // machineSteal is the share of the machine's CPU time between a and b
 // that its host took (steal), nil if unknown.
 func machineSteal(a, b cpuSnapshot) *float64 {
-	return machineShare(a, b, func(s cpuSnapshot) uint64 { return s.steal })
+	return machineShare(a, b, func(s cpuSnapshot) float64 { return s.steal })
 }
 
 // machineIOStall is the share of the wall-clock time between a and b
@@ -280,7 +209,7 @@ func machineIOStall(a, b cpuSnapshot, windowS float64) *float64 {
 
 // machineShare is part's share of the machine's ticks between a and b, or
 // nil when /proc/stat was unreadable at either end.
-func machineShare(a, b cpuSnapshot, part func(cpuSnapshot) uint64) *float64 {
+func machineShare(a, b cpuSnapshot, part func(cpuSnapshot) float64) *float64 {
 	if !a.machineOK || !b.machineOK || b.total <= a.total || part(b) < part(a) {
 		return nil
 	}

@@ -1,13 +1,10 @@
 package bench
 
 import (
-	"bufio"
-	"bytes"
-	"fmt"
-	"os"
-	"strconv"
 	"sync"
 	"time"
+
+	"github.com/prometheus/procfs"
 )
 
 // rssSampler tracks the peak of the summed resident set size of some
@@ -85,25 +82,17 @@ func (s *rssSampler) Stop() *float64 {
 
 // readRSS returns VmRSS of pid in kB.
 func readRSS(pid int) (int64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	fs, err := procfs.NewFS(procFS)
 	if err != nil {
 		return 0, err
 	}
-	return parseVmRSS(b)
-}
-
-func parseVmRSS(status []byte) (int64, error) {
-	sc := bufio.NewScanner(bytes.NewReader(status))
-	for sc.Scan() {
-		line := sc.Bytes()
-		if !bytes.HasPrefix(line, []byte("VmRSS:")) {
-			continue
-		}
-		f := bytes.Fields(line[len("VmRSS:"):])
-		if len(f) == 0 {
-			break
-		}
-		return strconv.ParseInt(string(f[0]), 10, 64)
+	p, err := fs.Proc(pid)
+	if err != nil {
+		return 0, err
 	}
-	return 0, fmt.Errorf("no VmRSS line")
+	st, err := p.NewStatus()
+	if err != nil {
+		return 0, err
+	}
+	return int64(st.VmRSS / 1024), nil
 }

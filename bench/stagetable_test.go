@@ -2,10 +2,14 @@ package bench
 
 import (
 	"math"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/prometheus/procfs"
 )
 
 const expositionBefore = `# HELP claimflow_claim_batch_wait_seconds A claim's wait.
@@ -218,39 +222,64 @@ func TestHoldWindow(t *testing.T) {
 	}
 }
 
-func TestProcStat(t *testing.T) {
-	// comm may hold spaces and parentheses; the times are fields 14-17.
-	st, err := parseProcStat([]byte("42 (a (b) c) S 7 42 42 0 -1 4194560 100 0 0 0 120 30 5 -1 20 0 9 0 5555 1000 50 18446744073709551615\n"))
+// writeProc writes a /proc fixture: the machine's stat and io pressure,
+// and one process.
+func writeProc(t *testing.T, files map[string]string) string {
+	t.Helper()
+	root := t.TempDir()
+	for name, body := range files {
+		path := filepath.Join(root, name)
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return root
+}
+
+func TestCPUSnapshotReadsProc(t *testing.T) {
+	procFS = writeProc(t, map[string]string{
+		// comm may hold spaces and parentheses; the times are fields 14-17
+		// (120 30 5 -1: the negative cutime does not count).
+		"42/stat":     "42 (a (b) c) S 7 42 42 0 -1 4194560 100 0 0 0 120 30 5 -1 20 0 9 0 5555 1000 50 18446744073709551615 1 1 1 0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0 1 1 1 1 1 1 1 0\n",
+		"42/status":   "Name:\ta (b) c\nVmPeak:\t  900 kB\nVmRSS:\t  123456 kB\nThreads:\t12\n",
+		"stat":        "cpu  100 5 50 800 20 3 2 11 7 0\ncpu0 100 5 50 800 20 3 2 11 7 0\nbtime 1\n",
+		"pressure/io": "some avg10=0.10 avg60=0.32 avg300=1.38 total=1138000695\nfull avg10=0.10 avg60=0.24 avg300=0.89 total=865817225\n",
+	})
+	t.Cleanup(func() { procFS = procfs.DefaultMountPoint })
+	s, err := takeCPUSnapshot([]int{42}, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.pid != 42 || st.ppid != 7 || st.comm != "a (b) c" || st.ticks != 155 || st.start != 5555 {
-		t.Errorf("parsed %+v", st)
+	want := procStat{pid: 42, ppid: 7, comm: "a (b) c", ticks: 155, start: 5555}
+	if got := s.procs[42]; got != want || s.group[42] != "a (b) c" {
+		t.Errorf("process %+v in %q, want %+v", got, s.group[42], want)
 	}
-	busy, steal, total, err := parseMachineStat([]byte("cpu  100 5 50 800 20 3 2 11 7 0\ncpu0 1 2 3 4 5 6 7 8 9 10\n"))
-	if err != nil || total != 991 || busy != 171 || steal != 11 {
-		t.Errorf("machine busy %d (steal %d) of %d, %v", busy, steal, total, err)
+	// total = user+nice+system+idle+iowait+irq+softirq+steal, busy less
+	// idle and iowait; /proc/stat counts in ticks, the snapshot in seconds.
+	if !s.machineOK || !near(s.total, 9.91) || !near(s.busy, 1.71) || !near(s.steal, 0.11) {
+		t.Errorf("machine busy %g (steal %g) of %g, ok %v", s.busy, s.steal, s.total, s.machineOK)
+	}
+	if !s.ioOK || s.ioStall != 1138000695 {
+		t.Errorf("io stall %d, ok %v", s.ioStall, s.ioOK)
+	}
+	if kb, err := readRSS(42); err != nil || kb != 123456 {
+		t.Errorf("rss = %d kB, %v", kb, err)
+	}
+	if _, err := readRSS(43); err == nil {
+		t.Error("rss of a process that is not there")
+	}
+
+	// A kernel without pressure stall information: io stall unknown.
+	procFS = writeProc(t, map[string]string{"stat": "cpu  1 0 0 1 0 0 0 0 0 0\n"})
+	if s, err := takeCPUSnapshot(nil, 1); err != nil || s.ioOK || !s.machineOK {
+		t.Errorf("without PSI: %+v, %v", s, err)
 	}
 }
 
 func TestIOStall(t *testing.T) {
-	for _, tc := range []struct {
-		name, file string
-		want       uint64
-		ok         bool
-	}{
-		{"kernel's format", "some avg10=0.10 avg60=0.32 avg300=1.38 total=1138000695\nfull avg10=0.10 avg60=0.24 avg300=0.89 total=865817225\n", 1138000695, true},
-		{"full only", "full avg10=0.00 avg60=0.00 avg300=0.00 total=5\n", 0, false},
-		{"no total", "some avg10=0.10\n", 0, false},
-		{"empty", "", 0, false},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			got, err := parsePressureSome([]byte(tc.file))
-			if (err == nil) != tc.ok || got != tc.want {
-				t.Errorf("= %d, %v; want %d (ok %v)", got, err, tc.want, tc.ok)
-			}
-		})
-	}
 	a := cpuSnapshot{ioStall: 1_000_000, ioOK: true}
 	b := cpuSnapshot{ioStall: 1_600_000, ioOK: true}
 	if v := machineIOStall(a, b, 5); v == nil || *v != 0.12 {

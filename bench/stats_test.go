@@ -2,10 +2,13 @@ package bench
 
 import (
 	"bytes"
+	"image/color"
 	"image/png"
 	"net/http"
 	"testing"
 	"time"
+
+	"gonum.org/v1/plot/vg"
 )
 
 func TestPercentileInterpolatesLikePercentileCont(t *testing.T) {
@@ -119,17 +122,6 @@ func TestRetryAfter(t *testing.T) {
 	}
 }
 
-func TestParseVmRSS(t *testing.T) {
-	status := []byte("Name:\tclaimflow\nVmPeak:\t  900 kB\nVmRSS:\t  123456 kB\nThreads:\t12\n")
-	kb, err := parseVmRSS(status)
-	if err != nil || kb != 123456 {
-		t.Fatalf("parseVmRSS = %d, %v", kb, err)
-	}
-	if _, err := parseVmRSS([]byte("Name:\tx\n")); err == nil {
-		t.Fatal("no VmRSS line parsed")
-	}
-}
-
 func TestPlotIsAPNG(t *testing.T) {
 	sc := QuickScenario()
 	var samples []Sample
@@ -145,15 +137,23 @@ func TestPlotIsAPNG(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if b := img.Bounds(); b.Dx() != plotWidth || b.Dy() != 4*(panelHeight+marginTop+marginBot) {
-		t.Fatalf("plot is %v", b)
+	// Two arms, two panels each, stacked.
+	wantW, wantH := int(panelWidth/vg.Inch*plotDPI), int(4*panelHeight/vg.Inch*plotDPI)
+	if b := img.Bounds(); b.Dx() != wantW || b.Dy() != wantH {
+		t.Fatalf("plot is %v, want %dx%d", b, wantW, wantH)
 	}
-}
-
-func TestNiceCeil(t *testing.T) {
-	for _, c := range []struct{ in, want float64 }{{0, 1}, {0.3, 0.5}, {1, 1}, {7, 10}, {13, 20}, {2001, 5000}} {
-		if got := niceCeil(c.in); !near(got, c.want) {
-			t.Errorf("niceCeil(%g) = %g, want %g", c.in, got, c.want)
+	// Something was drawn in each panel: not a blank canvas.
+	for panel := range 4 {
+		y0 := panel * wantH / 4
+		colours := map[color.RGBA]bool{}
+		for y := y0; y < y0+wantH/4; y += 3 {
+			for x := 0; x < wantW; x += 3 {
+				r, g, b, a := img.At(x, y).RGBA()
+				colours[color.RGBA{uint8(r >> 8), uint8(g >> 8), uint8(b >> 8), uint8(a >> 8)}] = true
+			}
+		}
+		if len(colours) < 3 {
+			t.Errorf("panel %d has %d colours: nothing drawn", panel, len(colours))
 		}
 	}
 }
