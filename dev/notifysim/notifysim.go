@@ -48,7 +48,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"slices"
 	"strings"
@@ -56,6 +55,7 @@ import (
 	"time"
 
 	"github.com/claimflow/claimflow/consumer"
+	"github.com/claimflow/claimflow/dev/simserver"
 )
 
 // Mode is how the simulator answers.
@@ -81,28 +81,8 @@ type Setting struct {
 	LoseAnswers int `json:"lose_answers,omitempty"`
 }
 
-// Duration reads and writes "250ms" style JSON strings (or nanoseconds).
-type Duration time.Duration
-
-func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
-
-func (d *Duration) UnmarshalJSON(b []byte) error {
-	var s string
-	if err := json.Unmarshal(b, &s); err != nil {
-		var n int64
-		if err := json.Unmarshal(b, &n); err != nil {
-			return errors.New(`delay must be a duration such as "250ms"`)
-		}
-		*d = Duration(n)
-		return nil
-	}
-	v, err := time.ParseDuration(s)
-	if err != nil {
-		return fmt.Errorf("delay: %w", err)
-	}
-	*d = Duration(v)
-	return nil
-}
+// Duration is a JSON duration ("250ms", or nanoseconds).
+type Duration = simserver.Duration
 
 // Stats counts what the simulator saw.
 type Stats struct {
@@ -255,8 +235,7 @@ type Server struct {
 	head   int
 	retain int
 
-	srv  *http.Server
-	done chan struct{}
+	ln *simserver.Listener
 }
 
 // New returns a simulator that is not listening; use Handler (tests) or Start.
@@ -352,17 +331,11 @@ func (s *Server) exportDelivery(d delivery) Delivery {
 // Start serves a new simulator on addr ("127.0.0.1:0" picks a free port).
 func Start(addr string) (*Server, error) {
 	s := New()
-	ln, err := net.Listen("tcp", addr)
+	l, err := simserver.Listen("notification simulator", addr, s.Handler())
 	if err != nil {
-		return nil, fmt.Errorf("notification simulator: listen on %s: %w", addr, err)
+		return nil, err
 	}
-	s.URL = "http://" + ln.Addr().String()
-	s.srv = &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 5 * time.Second}
-	s.done = make(chan struct{})
-	go func() {
-		defer close(s.done)
-		_ = s.srv.Serve(ln)
-	}()
+	s.URL, s.ln = l.URL, l
 	return s, nil
 }
 
@@ -371,12 +344,7 @@ func (s *Server) WebhookURL() string { return s.URL + "/notifications" }
 
 // Close stops serving after the requests in flight.
 func (s *Server) Close(ctx context.Context) error {
-	if s.srv == nil {
-		return nil
-	}
-	err := s.srv.Shutdown(ctx)
-	<-s.done
-	return err
+	return s.ln.Close(ctx)
 }
 
 // Handler is the simulator's HTTP interface.
@@ -387,34 +355,34 @@ func (s *Server) Handler() http.Handler {
 		id := r.URL.Query().Get("event_id")
 		e, ok := s.Event(id)
 		if !ok {
-			writeJSON(w, http.StatusNotFound, map[string]string{"error": "no such event_id"})
+			simserver.WriteJSON(w, http.StatusNotFound, map[string]string{"error": "no such event_id"})
 			return
 		}
-		writeJSON(w, http.StatusOK, e)
+		simserver.WriteJSON(w, http.StatusOK, e)
 	})
 	mux.HandleFunc("GET /admin/stats", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, s.Stats(r.URL.Query().Get("topic")))
+		simserver.WriteJSON(w, http.StatusOK, s.Stats(r.URL.Query().Get("topic")))
 	})
 	mux.HandleFunc("GET /admin/deliveries", func(w http.ResponseWriter, r *http.Request) {
 		ds := s.Deliveries(r.URL.Query().Get("topic"))
-		writeJSON(w, http.StatusOK, LedgerReport{Summary: Summarize(ds), Deliveries: ds})
+		simserver.WriteJSON(w, http.StatusOK, LedgerReport{Summary: Summarize(ds), Deliveries: ds})
 	})
 	mux.HandleFunc("GET /admin/mode", func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, http.StatusOK, s.Setting())
+		simserver.WriteJSON(w, http.StatusOK, s.Setting())
 	})
 	mux.HandleFunc("PUT /admin/mode", func(w http.ResponseWriter, r *http.Request) {
 		var st Setting
 		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&st); err != nil {
-			writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
+			simserver.WriteJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
 			return
 		}
 		if err := s.Set(st); err != nil {
-			writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
+			simserver.WriteJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
 			return
 		}
-		writeJSON(w, http.StatusOK, s.Setting())
+		simserver.WriteJSON(w, http.StatusOK, s.Setting())
 	})
 	return mux
 }
@@ -501,7 +469,7 @@ func (s *Server) Deliveries(topic string) []Delivery {
 func (s *Server) receive(w http.ResponseWriter, r *http.Request) {
 	var req consumer.WebhookRequest
 	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<20)).Decode(&req); err != nil {
-		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "body is not a notification batch: " + err.Error()})
+		simserver.WriteJSON(w, http.StatusBadRequest, map[string]string{"error": "body is not a notification batch: " + err.Error()})
 		return
 	}
 	st := s.Setting()
@@ -514,14 +482,14 @@ func (s *Server) receive(w http.ResponseWriter, r *http.Request) {
 	}
 	resp, outage, lost := s.apply(req)
 	if outage {
-		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "notification service unavailable (simulated outage)"})
+		simserver.WriteJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "notification service unavailable (simulated outage)"})
 		return
 	}
 	if lost {
-		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "answer lost on its way back (simulated; the notifications were taken)"})
+		simserver.WriteJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "answer lost on its way back (simulated; the notifications were taken)"})
 		return
 	}
-	writeJSON(w, http.StatusOK, resp)
+	simserver.WriteJSON(w, http.StatusOK, resp)
 }
 
 // apply decides each notification in order, under one lock, so that the
@@ -630,10 +598,4 @@ func (s *Server) rejects(id string) bool {
 		}
 	}
 	return st.Attempts == 0 || s.attempts[id] <= st.Attempts
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v)
 }

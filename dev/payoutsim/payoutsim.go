@@ -27,11 +27,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"sort"
 	"sync"
 	"time"
+
+	"github.com/claimflow/claimflow/dev/simserver"
 )
 
 // Mode is how the simulator answers payout requests.
@@ -65,28 +66,8 @@ type Setting struct {
 	Delay Duration `json:"delay,omitempty"`
 }
 
-// Duration reads and writes "2s" style JSON strings (or nanoseconds).
-type Duration time.Duration
-
-func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
-
-func (d *Duration) UnmarshalJSON(b []byte) error {
-	var s string
-	if err := json.Unmarshal(b, &s); err != nil {
-		var n int64
-		if err := json.Unmarshal(b, &n); err != nil {
-			return errors.New(`delay must be a duration such as "3s"`)
-		}
-		*d = Duration(n)
-		return nil
-	}
-	v, err := time.ParseDuration(s)
-	if err != nil {
-		return fmt.Errorf("delay: %w", err)
-	}
-	*d = Duration(v)
-	return nil
-}
+// Duration is a JSON duration ("250ms", or nanoseconds).
+type Duration = simserver.Duration
 
 // Payout is one idempotency key's payment (or decline).
 type Payout struct {
@@ -128,8 +109,7 @@ type Server struct {
 	requests int
 	next     int
 
-	srv     *http.Server
-	done    chan struct{}
+	ln      *simserver.Listener
 	closing chan struct{}
 	once    sync.Once
 }
@@ -147,17 +127,11 @@ func New() *Server {
 // Start serves a new simulator on addr ("127.0.0.1:0" picks a free port).
 func Start(addr string) (*Server, error) {
 	s := New()
-	ln, err := net.Listen("tcp", addr)
+	l, err := simserver.Listen("payout simulator", addr, s.Handler())
 	if err != nil {
-		return nil, fmt.Errorf("payout simulator: listen on %s: %w", addr, err)
+		return nil, err
 	}
-	s.URL = "http://" + ln.Addr().String()
-	s.srv = &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 5 * time.Second}
-	s.done = make(chan struct{})
-	go func() {
-		defer close(s.done)
-		_ = s.srv.Serve(ln)
-	}()
+	s.URL, s.ln = l.URL, l
 	return s, nil
 }
 
@@ -167,12 +141,7 @@ func (s *Server) PayoutsURL() string { return s.URL + "/payouts" }
 // Close stops serving; held answers are released at once.
 func (s *Server) Close(ctx context.Context) error {
 	s.once.Do(func() { close(s.closing) })
-	if s.srv == nil {
-		return nil
-	}
-	err := s.srv.Shutdown(ctx)
-	<-s.done
-	return err
+	return s.ln.Close(ctx)
 }
 
 // Handler is the simulator's HTTP interface.
@@ -181,7 +150,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST /payouts", s.pay)
 	mux.HandleFunc("GET /payouts", s.list)
 	mux.HandleFunc("GET /admin/mode", func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, http.StatusOK, s.Setting())
+		simserver.WriteJSON(w, http.StatusOK, s.Setting())
 	})
 	mux.HandleFunc("PUT /admin/mode", s.putMode)
 	return mux
@@ -240,7 +209,7 @@ func (s *Server) putMode(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "invalid_mode", err.Error())
 		return
 	}
-	writeJSON(w, http.StatusOK, s.Setting())
+	simserver.WriteJSON(w, http.StatusOK, s.Setting())
 }
 
 func (s *Server) list(w http.ResponseWriter, r *http.Request) {
@@ -265,7 +234,7 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 	}
 	s.mu.Unlock()
 	sort.SliceStable(paid, func(i, j int) bool { return paid[i].CreatedAt.Before(paid[j].CreatedAt) })
-	writeJSON(w, http.StatusOK, map[string]any{"payouts": paid, "count": len(paid), "declined": declined, "requests": requests})
+	simserver.WriteJSON(w, http.StatusOK, map[string]any{"payouts": paid, "count": len(paid), "declined": declined, "requests": requests})
 }
 
 // take returns the setting for one payout request and counts it down.
@@ -324,11 +293,11 @@ func (s *Server) pay(w http.ResponseWriter, r *http.Request) {
 		s.hold(r.Context(), st.Delay, defaultHoldDelay)
 	}
 	if p.Status == "declined" {
-		writeJSON(w, status, map[string]any{"error": map[string]string{
+		simserver.WriteJSON(w, status, map[string]any{"error": map[string]string{
 			"code": "declined", "message": "the payout was declined (simulated)"}, "idempotency_key": key})
 		return
 	}
-	writeJSON(w, status, p)
+	simserver.WriteJSON(w, status, p)
 }
 
 // process pays (or declines) a new key, or returns what the key got before.
@@ -382,12 +351,6 @@ func (s *Server) hold(ctx context.Context, delay Duration, def time.Duration) bo
 	}
 }
 
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v)
-}
-
 func writeError(w http.ResponseWriter, status int, code, message string) {
-	writeJSON(w, status, map[string]any{"error": map[string]string{"code": code, "message": message}})
+	simserver.WriteJSON(w, status, map[string]any{"error": map[string]string{"code": code, "message": message}})
 }
