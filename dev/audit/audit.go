@@ -344,112 +344,19 @@ func assess(r Report, ts topicState, notes map[string]delivered, parked map[stri
 // the end as it was when the call began. It keeps a digest of each value
 // rather than the value, so a large topic fits in memory.
 func readTopicRecords(ctx context.Context, cfg kafka.Config, topics []string) (topicState, []string, error) {
-	// A connection the client lost mid-read (sarama.ErrNotConnected, seen
-	// from kfake under a loaded CI machine even after partitionEnd's own
-	// retries) fails the whole read; the read has no effects, so it starts
-	// over with a new client, three times at most.
-	for attempt := 1; ; attempt++ {
-		ts, missing, err := readTopicRecordsOnce(ctx, cfg, topics)
-		if err == nil || !errors.Is(err, sarama.ErrNotConnected) || attempt == 3 {
-			return ts, missing, err
-		}
-		select {
-		case <-ctx.Done():
-			return ts, missing, err
-		case <-time.After(time.Duration(attempt) * time.Second):
-		}
-	}
-}
-
-func readTopicRecordsOnce(ctx context.Context, cfg kafka.Config, topics []string) (topicState, []string, error) {
+	cfg.ClientID = cmp.Or(cfg.ClientID, "claimflow-audit")
+	parts, missing, err := kafka.ScanTopics(ctx, cfg, topics, func(m *sarama.ConsumerMessage) topicRecord {
+		return newTopicRecord(kafka.ParseEvent(m), m.Value)
+	})
 	ts := topicState{oldest: map[string]map[int32]int64{}}
-	sc := sarama.NewConfig()
-	version := cmp.Or(cfg.Version, kafka.DefaultVersion)
-	v, err := sarama.ParseKafkaVersion(version)
-	if err != nil {
-		return ts, nil, fmt.Errorf("KAFKA_VERSION %q: %w", version, err)
-	}
-	sc.Version, sc.ClientID = v, cmp.Or(cfg.ClientID, "claimflow-audit")
-	sc.Metadata.Retry.Max, sc.Metadata.Retry.Backoff = 5, 200*time.Millisecond
-	c, err := sarama.NewClient(cfg.Brokers, sc)
-	if err != nil {
-		return ts, nil, fmt.Errorf("connect to Kafka %v: %w", cfg.Brokers, err)
-	}
-	defer c.Close()
-	known, err := c.Topics()
-	if err != nil {
-		return ts, nil, fmt.Errorf("list topics: %w", err)
-	}
-	consumer, err := sarama.NewConsumerFromClient(c)
-	if err != nil {
-		return ts, nil, fmt.Errorf("open Kafka consumer: %w", err)
-	}
-	defer consumer.Close()
-	var (
-		missing []string
-		mu      sync.Mutex
-		wg      sync.WaitGroup
-		errs    []error
-	)
-	for _, topic := range topics {
-		if !slices.Contains(known, topic) {
-			missing = append(missing, topic)
-			continue
+	for _, p := range parts {
+		if ts.oldest[p.Topic] == nil {
+			ts.oldest[p.Topic] = map[int32]int64{}
 		}
-		partitions, err := c.Partitions(topic)
-		if err != nil {
-			return ts, missing, fmt.Errorf("partitions of %s: %w", topic, err)
-		}
-		ts.oldest[topic] = map[int32]int64{}
-		for _, p := range partitions {
-			wg.Go(func() {
-				oldest, recs, err := readPartitionRecords(ctx, c, consumer, topic, p)
-				mu.Lock()
-				defer mu.Unlock()
-				if err != nil {
-					errs = append(errs, err)
-					return
-				}
-				ts.oldest[topic][p] = oldest
-				ts.records = append(ts.records, recs...)
-			})
-		}
+		ts.oldest[p.Topic][p.Partition] = p.Oldest
+		ts.records = append(ts.records, p.Records...)
 	}
-	wg.Wait()
-	return ts, missing, errors.Join(errs...)
-}
-
-func readPartitionRecords(ctx context.Context, c sarama.Client, consumer sarama.Consumer, topic string, p int32) (int64, []topicRecord, error) {
-	newest, err := partitionEnd(ctx, c, topic, p, sarama.OffsetNewest)
-	if err != nil {
-		return 0, nil, fmt.Errorf("end of %s/%d: %w", topic, p, err)
-	}
-	oldest, err := partitionEnd(ctx, c, topic, p, sarama.OffsetOldest)
-	if err != nil {
-		return 0, nil, fmt.Errorf("start of %s/%d: %w", topic, p, err)
-	}
-	if newest <= oldest {
-		return oldest, nil, nil
-	}
-	pc, err := consumer.ConsumePartition(topic, p, oldest)
-	if err != nil {
-		return 0, nil, fmt.Errorf("read %s/%d: %w", topic, p, err)
-	}
-	defer pc.Close()
-	out := make([]topicRecord, 0, newest-oldest)
-	for {
-		select {
-		case <-ctx.Done():
-			return 0, nil, ctx.Err()
-		case m := <-pc.Messages():
-			out = append(out, newTopicRecord(kafka.ParseEvent(m), m.Value))
-			if m.Offset >= newest-1 {
-				return oldest, out, nil
-			}
-		case err := <-pc.Errors():
-			return 0, nil, fmt.Errorf("read %s/%d: %w", topic, p, err)
-		}
-	}
+	return ts, missing, err
 }
 
 // newTopicRecord keeps what the audit needs of a record and drops its value.
@@ -460,23 +367,6 @@ func newTopicRecord(ev workflows.ConsumedEvent, value []byte) topicRecord {
 		rec.claim = ClaimOf(rec.EventType, value)
 	}
 	return rec
-}
-
-// partitionEnd asks for one end of a partition, riding out the "broker not
-// connected" a fresh client gets while its leader connection opens (as
-// kafka.ReadTopics does).
-func partitionEnd(ctx context.Context, c sarama.Client, topic string, p int32, which int64) (int64, error) {
-	for attempt := 1; ; attempt++ {
-		off, err := c.GetOffset(topic, p, which)
-		if !errors.Is(err, sarama.ErrNotConnected) || attempt == 5 {
-			return off, err
-		}
-		select {
-		case <-ctx.Done():
-			return off, err
-		case <-time.After(time.Duration(attempt) * 100 * time.Millisecond):
-		}
-	}
 }
 
 // ClaimOf names what an event says happened to whom: its type and its data

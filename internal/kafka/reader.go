@@ -14,11 +14,40 @@ import (
 	"github.com/claimflow/claimflow/workflows"
 )
 
-// ReadTopics reads every record of topics, from the oldest kept to the end
-// as it was when the call began, and identifies each as the consumer does
-// (Value is dropped to keep memory small). Topics that do not exist are
+// Partition is what ScanTopics read of one partition: its oldest kept
+// offset when the read began, and what keep made of each record from there
+// to the end.
+type Partition[T any] struct {
+	Topic     string
+	Partition int32
+	Oldest    int64
+	Records   []T
+}
+
+// ScanTopics reads every record of topics, from the oldest kept to the end
+// as it was when the call began, keeping what keep makes of each (keep may
+// run on several partitions at once). Topics that do not exist are
 // returned as missing rather than failing the read.
-func ReadTopics(ctx context.Context, cfg Config, topics []string) (records []workflows.ConsumedEvent, missing []string, err error) {
+//
+// A connection the client lost mid-read (sarama.ErrNotConnected, seen
+// under a loaded CI machine even after offsetOf's own retries) fails the
+// whole read; the read has no effects, so it starts over with a new
+// client, three times at most.
+func ScanTopics[T any](ctx context.Context, cfg Config, topics []string, keep func(*sarama.ConsumerMessage) T) ([]Partition[T], []string, error) {
+	for attempt := 1; ; attempt++ {
+		parts, missing, err := scanTopicsOnce(ctx, cfg, topics, keep)
+		if err == nil || !errors.Is(err, sarama.ErrNotConnected) || attempt == 3 {
+			return parts, missing, err
+		}
+		select {
+		case <-ctx.Done():
+			return parts, missing, err
+		case <-time.After(time.Duration(attempt) * time.Second):
+		}
+	}
+}
+
+func scanTopicsOnce[T any](ctx context.Context, cfg Config, topics []string, keep func(*sarama.ConsumerMessage) T) (parts []Partition[T], missing []string, err error) {
 	sc, err := SaramaConfig(cfg)
 	if err != nil {
 		return nil, nil, err
@@ -54,19 +83,34 @@ func ReadTopics(ctx context.Context, cfg Config, topics []string) (records []wor
 		}
 		for _, p := range partitions {
 			wg.Go(func() {
-				recs, err := readPartition(ctx, c, consumer, topic, p)
+				part, err := readPartition(ctx, c, consumer, topic, p, keep)
 				mu.Lock()
 				defer mu.Unlock()
 				if err != nil {
 					errs = append(errs, err)
 					return
 				}
-				records = append(records, recs...)
+				parts = append(parts, part)
 			})
 		}
 	}
 	wg.Wait()
-	return records, missing, errors.Join(errs...)
+	return parts, missing, errors.Join(errs...)
+}
+
+// ReadTopics reads every record of topics as ScanTopics does and
+// identifies each as the consumer does (Value is dropped to keep memory
+// small).
+func ReadTopics(ctx context.Context, cfg Config, topics []string) (records []workflows.ConsumedEvent, missing []string, err error) {
+	parts, missing, err := ScanTopics(ctx, cfg, topics, func(m *sarama.ConsumerMessage) workflows.ConsumedEvent {
+		ev := ParseEvent(m)
+		ev.Value = ""
+		return ev
+	})
+	for _, p := range parts {
+		records = append(records, p.Records...)
+	}
+	return records, missing, err
 }
 
 // offsetOf asks for one end of a partition. A fresh client connects to the
@@ -87,37 +131,35 @@ func offsetOf(ctx context.Context, c sarama.Client, topic string, p int32, which
 	}
 }
 
-func readPartition(ctx context.Context, c sarama.Client, consumer sarama.Consumer, topic string, p int32) ([]workflows.ConsumedEvent, error) {
+func readPartition[T any](ctx context.Context, c sarama.Client, consumer sarama.Consumer, topic string, p int32, keep func(*sarama.ConsumerMessage) T) (Partition[T], error) {
+	part := Partition[T]{Topic: topic, Partition: p}
 	newest, err := offsetOf(ctx, c, topic, p, sarama.OffsetNewest)
 	if err != nil {
-		return nil, fmt.Errorf("end of %s/%d: %w", topic, p, err)
+		return part, fmt.Errorf("end of %s/%d: %w", topic, p, err)
 	}
-	oldest, err := offsetOf(ctx, c, topic, p, sarama.OffsetOldest)
+	if part.Oldest, err = offsetOf(ctx, c, topic, p, sarama.OffsetOldest); err != nil {
+		return part, fmt.Errorf("start of %s/%d: %w", topic, p, err)
+	}
+	if newest <= part.Oldest {
+		return part, nil
+	}
+	pc, err := consumer.ConsumePartition(topic, p, part.Oldest)
 	if err != nil {
-		return nil, fmt.Errorf("start of %s/%d: %w", topic, p, err)
-	}
-	if newest <= oldest {
-		return nil, nil
-	}
-	pc, err := consumer.ConsumePartition(topic, p, oldest)
-	if err != nil {
-		return nil, fmt.Errorf("read %s/%d: %w", topic, p, err)
+		return part, fmt.Errorf("read %s/%d: %w", topic, p, err)
 	}
 	defer pc.Close()
-	out := make([]workflows.ConsumedEvent, 0, newest-oldest)
+	part.Records = make([]T, 0, newest-part.Oldest)
 	for {
 		select {
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			return part, ctx.Err()
 		case m := <-pc.Messages():
-			ev := ParseEvent(m)
-			ev.Value = ""
-			out = append(out, ev)
+			part.Records = append(part.Records, keep(m))
 			if m.Offset >= newest-1 {
-				return out, nil
+				return part, nil
 			}
 		case err := <-pc.Errors():
-			return nil, fmt.Errorf("read %s/%d: %w", topic, p, err)
+			return part, fmt.Errorf("read %s/%d: %w", topic, p, err)
 		}
 	}
 }
