@@ -124,6 +124,29 @@ func untilAnswered(fn func() error) error {
 	return fmt.Errorf("still transient after 50 attempts: %w", err)
 }
 
+// countGranted checks that every attempt of one request answered alike
+// (got[r] holds request r's attempts) and that each answer is "ok" or the
+// one refusal allowed, and counts the requests granted.
+func countGranted(t *testing.T, who string, got [][]string, refusal workflows.Refusal) (ok int) {
+	t.Helper()
+	for r, attempts := range got {
+		for _, o := range attempts {
+			if o != attempts[0] {
+				t.Errorf("%s %d: attempts of one request answered %v", who, r, attempts)
+				break
+			}
+		}
+		switch attempts[0] {
+		case "ok":
+			ok++
+		case string(refusal):
+		default:
+			t.Errorf("%s %d: %s, want ok or %s", who, r, attempts[0], refusal)
+		}
+	}
+	return ok
+}
+
 // concurrently runs fn(i) for i in [0, n) on n goroutines started together.
 func concurrently(n int, fn func(i int)) {
 	var wg sync.WaitGroup
@@ -172,25 +195,12 @@ func TestReserveSeatNeverOversells(t *testing.T) {
 				_, err := reserveSeat(ctx, a, in)
 				got[i/copies][i%copies] = outcome(err)
 			})
-			ok := 0
 			for s := range tc.students {
 				in := seatInput(p, fmt.Sprintf("%s-e%d", course, s), course, fmt.Sprintf("s%d", s))
 				_, err := reserveSeat(ctx, a, in)
 				got[s][copies] = outcome(err)
-				for _, o := range got[s] {
-					if o != got[s][0] {
-						t.Errorf("student %d: attempts of one claim answered %v", s, got[s])
-						break
-					}
-				}
-				switch got[s][0] {
-				case "ok":
-					ok++
-				case string(workflows.RefusalCourseFull):
-				default:
-					t.Errorf("student %d: %s, want ok or %s", s, got[s][0], workflows.RefusalCourseFull)
-				}
 			}
+			ok := countGranted(t, "student", got, workflows.RefusalCourseFull)
 			if ok != tc.capacity {
 				t.Errorf("%d claims hold a seat, want %d (the capacity)", ok, tc.capacity)
 			}

@@ -42,19 +42,14 @@ type couponFake struct {
 	// reserveErr and markErr, when set, are what ReserveCoupon and
 	// MarkCouponUsed return (Postgres down).
 	reserveErr, markErr error
-	failPublish         map[string]int
 
-	calls           map[string]int
-	reserves        []workflows.ReserveCouponInput
-	marks           []workflows.MarkCouponUsedInput
-	unmarks         []workflows.UnmarkCouponUsedInput
-	revokes         []string
-	publishAttempts []publishAttempt
-	published       []workflows.Message
-	deadLetterCalls []deadLetterCall
-	deadLetters     map[int64]*fakeDeadLetter
-	resolutions     []workflows.ResolveDeadLetterInput
-	nextDeadLetter  int64
+	calls    map[string]int
+	reserves []workflows.ReserveCouponInput
+	marks    []workflows.MarkCouponUsedInput
+	unmarks  []workflows.UnmarkCouponUsedInput
+	revokes  []string
+
+	fakeBroker
 }
 
 type fakeCouponType struct {
@@ -100,16 +95,14 @@ const (
 
 func newCouponFake() *couponFake {
 	return &couponFake{
-		now:            time.Now,
-		types:          map[string]*fakeCouponType{},
-		coupons:        map[string]*fakeCoupon{},
-		balance:        map[string]int64{},
-		ledger:         map[string]workflows.RecordPayoutInput{},
-		providerPaid:   map[string]string{},
-		failPublish:    map[string]int{},
-		calls:          map[string]int{},
-		deadLetters:    map[int64]*fakeDeadLetter{},
-		nextDeadLetter: 100,
+		now:          time.Now,
+		types:        map[string]*fakeCouponType{},
+		coupons:      map[string]*fakeCoupon{},
+		balance:      map[string]int64{},
+		ledger:       map[string]workflows.RecordPayoutInput{},
+		providerPaid: map[string]string{},
+		calls:        map[string]int{},
+		fakeBroker:   newFakeBroker(),
 	}
 }
 
@@ -297,56 +290,21 @@ func (f *couponFake) Publish(ctx context.Context, in workflows.PublishInput) err
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls[workflows.Publish.Name]++
-	attempt := publishAttempt{EventID: in.Message.Event.ID, EventType: in.Message.Event.Type,
-		Attempt: activity.GetInfo(ctx).Attempt, At: f.now()}
-	if n := f.failPublish[in.Message.Event.Type]; n != 0 {
-		if n > 0 {
-			f.failPublish[in.Message.Event.Type] = n - 1
-		}
-		attempt.Failed = true
-		f.publishAttempts = append(f.publishAttempts, attempt)
-		return fmt.Errorf("publish %s: %w", in.Message.Event.ID, errBrokerDown)
-	}
-	f.publishAttempts = append(f.publishAttempts, attempt)
-	f.published = append(f.published, in.Message)
-	return nil
-}
-
-func (f *couponFake) failPublishing(eventType string, n int) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.failPublish[eventType] = n
+	return f.publish(ctx, in, f.now())
 }
 
 func (f *couponFake) RecordDeadLetter(_ context.Context, in workflows.DeadLetterInput) (workflows.DeadLetterRecord, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls[workflows.RecordDeadLetter.Name]++
-	f.deadLetterCalls = append(f.deadLetterCalls, deadLetterCall{In: in, At: f.now()})
-	var dl *fakeDeadLetter
-	for _, d := range f.deadLetters {
-		if d.Message.Event.ID == in.Message.Event.ID {
-			dl = d
-		}
-	}
-	if dl == nil {
-		f.nextDeadLetter++
-		dl = &fakeDeadLetter{ID: f.nextDeadLetter, Message: in.Message}
-		f.deadLetters[dl.ID] = dl
-	}
-	dl.State = workflows.DeadLetterOpen
-	dl.Rounds = max(dl.Rounds, in.Round)
-	return workflows.DeadLetterRecord{ID: dl.ID}, nil
+	return f.recordDeadLetter(in, f.now()), nil
 }
 
 func (f *couponFake) ResolveDeadLetter(_ context.Context, in workflows.ResolveDeadLetterInput) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls[workflows.ResolveDeadLetter.Name]++
-	f.resolutions = append(f.resolutions, in)
-	if dl, ok := f.deadLetters[in.ID]; ok {
-		dl.State = in.State
-	}
+	f.resolveDeadLetter(in)
 	return nil
 }
 
@@ -377,36 +335,6 @@ func (f *couponFake) callCount(name string) int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.calls[name]
-}
-
-func (f *couponFake) publishedOf(eventType string) []workflows.Message {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	var out []workflows.Message
-	for _, m := range f.published {
-		if m.Event.Type == eventType {
-			out = append(out, m)
-		}
-	}
-	return out
-}
-
-func (f *couponFake) allPublished() []workflows.Message {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return slices.Clone(f.published)
-}
-
-func (f *couponFake) attemptsOf(eventType string) []publishAttempt {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	var out []publishAttempt
-	for _, a := range f.publishAttempts {
-		if a.EventType == eventType {
-			out = append(out, a)
-		}
-	}
-	return out
 }
 
 func (f *couponFake) payments() []payCall {
@@ -446,18 +374,6 @@ func (f *couponFake) unmarkCalls() []workflows.UnmarkCouponUsedInput {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return slices.Clone(f.unmarks)
-}
-
-func (f *couponFake) resolved() []workflows.ResolveDeadLetterInput {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return slices.Clone(f.resolutions)
-}
-
-func (f *couponFake) deadLetterInputs() []deadLetterCall {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return slices.Clone(f.deadLetterCalls)
 }
 
 type couponDecisionCall = updateCall[workflows.CouponDecision]

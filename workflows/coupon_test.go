@@ -65,7 +65,7 @@ func TestIssueCouponIssuesAndPublishes(t *testing.T) {
 	assert.Equal(t, 6, f.issued(cpTypeID))
 	assert.Equal(t, workflows.CouponIssued, f.coupon(cpCouponID).Status)
 
-	pub := f.allPublished()
+	pub := f.publishedMessages()
 	require.Len(t, pub, 1, "coupon.issued published exactly once")
 	assert.Equal(t, workflows.CouponTopic, pub[0].Topic)
 	assert.Equal(t, cpTypeID, pub[0].Key, "coupon events are keyed by coupon type")
@@ -113,7 +113,7 @@ func TestIssueCouponRefusals(t *testing.T) {
 			for id, n := range before {
 				assert.Equal(t, n, f.issued(id), "no stock taken")
 			}
-			assert.Empty(t, f.allPublished())
+			assert.Empty(t, f.publishedMessages())
 			assert.Zero(t, f.callCount(workflows.RevokeCoupon.Name), "nothing to compensate")
 		})
 	}
@@ -131,7 +131,7 @@ func TestIssueCouponSecondClaimOfTheSameUserIsAlreadyIssued(t *testing.T) {
 	assert.Equal(t, workflows.CouponIssued, first.result(t).Status)
 	assert.Equal(t, couponRefusal(cpCouponID, workflows.RefusalAlreadyIssued), withoutMessage(second.result(t)))
 	assert.Equal(t, 1, f.issued(cpTypeID))
-	assert.Len(t, f.allPublished(), 1)
+	assert.Len(t, f.publishedMessages(), 1)
 }
 
 // The run knows its starter's update by ID (StarterUpdateID): it answers
@@ -188,7 +188,7 @@ func TestIssueCouponStarterUpdate(t *testing.T) {
 			}
 			assert.Equal(t, tt.wantEnd, env.Now().Sub(testStart).Round(time.Second), "when the run closed")
 			assert.Equal(t, 1, f.issued(cpTypeID), "one coupon taken")
-			assert.Len(t, f.allPublished(), 1)
+			assert.Len(t, f.publishedMessages(), 1)
 		})
 	}
 }
@@ -218,7 +218,7 @@ func TestIssueCouponDeadLetterRetryPublishesTheSameEvent(t *testing.T) {
 	assert.Empty(t, dls[0].In.EnrollmentID)
 	assert.True(t, dls[0].At.Equal(testStart.Add(7*time.Second)), "dead-lettered after 1s+2s+4s")
 	assert.Len(t, f.attemptsOf(workflows.EventCouponIssued), 5)
-	pub := f.allPublished()
+	pub := f.publishedMessages()
 	require.Len(t, pub, 1)
 	assert.Equal(t, dls[0].In.Message, pub[0], "the republished event is the dead-lettered one")
 	assert.Equal(t, []workflows.ResolveDeadLetterInput{
@@ -337,7 +337,7 @@ func TestUseCouponPaysRecordsAndPublishes(t *testing.T) {
 	assert.Equal(t, workflows.CouponUsed, f.coupon(cpCouponID).Status)
 	assert.Empty(t, f.unmarkCalls())
 
-	pub := f.allPublished()
+	pub := f.publishedMessages()
 	require.Len(t, pub, 1)
 	assert.Equal(t, workflows.CouponTopic, pub[0].Topic)
 	assert.Equal(t, cpTypeID, pub[0].Key)
@@ -386,7 +386,7 @@ func TestUseCouponRefusals(t *testing.T) {
 			assert.Empty(t, f.payments(), "no payout")
 			assert.Empty(t, f.ledgerRows())
 			assert.Empty(t, f.unmarkCalls(), "nothing to compensate")
-			assert.Empty(t, f.allPublished())
+			assert.Empty(t, f.publishedMessages())
 		})
 	}
 }

@@ -40,26 +40,18 @@ type fakeActivities struct {
 	waitlist   map[string][]workflows.EnrollmentInput
 	promotedBy map[string][]workflows.EnrollmentInput
 
-	// failPublish makes Publish fail for an event type: n > 0 fails the next
-	// n attempts, n < 0 fails every attempt.
-	failPublish map[string]int
 	// cancelErr, when set, is what CancelEnrollment returns (a fault, not
 	// a refusal).
 	cancelErr error
 	// failMarkConfirmed makes the next n MarkConfirmed calls fail (Postgres down).
 	failMarkConfirmed int
 
-	calls           map[string]int
-	publishAttempts []publishAttempt
-	published       []workflows.Message // messages the broker acknowledged
-	dltCopies       []workflows.Message // copies sent to the .DLT topic
-	confirmed       []string            // MarkConfirmed calls
-	released        []string            // ReleaseSeat calls
-	cancelled       []string            // CancelEnrollment calls
-	deadLetterCalls []deadLetterCall
-	deadLetters     map[int64]*fakeDeadLetter
-	resolutions     []workflows.ResolveDeadLetterInput
-	nextDeadLetter  int64
+	calls     map[string]int
+	confirmed []string // MarkConfirmed calls
+	released  []string // ReleaseSeat calls
+	cancelled []string // CancelEnrollment calls
+
+	fakeBroker
 }
 
 type fakeEnrollment struct {
@@ -71,43 +63,20 @@ type fakeEnrollment struct {
 	Published bool
 }
 
-type publishAttempt struct {
-	EventID   string
-	EventType string
-	Attempt   int32
-	At        time.Time
-	Failed    bool
-}
-
-type deadLetterCall struct {
-	In workflows.DeadLetterInput
-	At time.Time
-}
-
-type fakeDeadLetter struct {
-	ID           int64
-	Message      workflows.Message
-	EnrollmentID string
-	Rounds       int
-	State        workflows.DeadLetterState
-}
-
 // errBrokerDown is what a failing Publish returns: an ordinary (retryable)
 // error, as sarama returns when not enough replicas are in sync.
 var errBrokerDown = errors.New("kafka: messages are rejected since there are fewer in-sync replicas than required")
 
 func newFake() *fakeActivities {
 	return &fakeActivities{
-		now:            time.Now,
-		capacity:       map[string]int{},
-		enrolled:       map[string]int{},
-		enrollments:    map[string]*fakeEnrollment{},
-		failPublish:    map[string]int{},
-		calls:          map[string]int{},
-		deadLetters:    map[int64]*fakeDeadLetter{},
-		nextDeadLetter: 100,
-		waitlist:       map[string][]workflows.EnrollmentInput{},
-		promotedBy:     map[string][]workflows.EnrollmentInput{},
+		now:         time.Now,
+		capacity:    map[string]int{},
+		enrolled:    map[string]int{},
+		enrollments: map[string]*fakeEnrollment{},
+		calls:       map[string]int{},
+		fakeBroker:  newFakeBroker(),
+		waitlist:    map[string][]workflows.EnrollmentInput{},
+		promotedBy:  map[string][]workflows.EnrollmentInput{},
 	}
 }
 
@@ -125,13 +94,6 @@ func (f *fakeActivities) withEnrollment(id, course, student string, status workf
 		f.enrolled[course]++
 	}
 	return f
-}
-
-// failPublishing makes the next n publishes of eventType fail (n < 0: all).
-func (f *fakeActivities) failPublishing(eventType string, n int) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.failPublish[eventType] = n
 }
 
 func active(s workflows.EnrollmentStatus) bool {
@@ -174,18 +136,9 @@ func (f *fakeActivities) Publish(ctx context.Context, in workflows.PublishInput)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.called(workflows.Publish.Name)
-	attempt := publishAttempt{EventID: in.Message.Event.ID, EventType: in.Message.Event.Type,
-		Attempt: activity.GetInfo(ctx).Attempt, At: f.now()}
-	if n := f.failPublish[in.Message.Event.Type]; n != 0 {
-		if n > 0 {
-			f.failPublish[in.Message.Event.Type] = n - 1
-		}
-		attempt.Failed = true
-		f.publishAttempts = append(f.publishAttempts, attempt)
-		return fmt.Errorf("publish %s to %s: %w", in.Message.Event.ID, in.Message.Topic, errBrokerDown)
+	if err := f.publish(ctx, in, f.now()); err != nil {
+		return err
 	}
-	f.publishAttempts = append(f.publishAttempts, attempt)
-	f.published = append(f.published, in.Message)
 	if in.StampPublishedFor != "" {
 		if e, ok := f.enrollments[in.StampPublishedFor]; ok {
 			e.Published = true
@@ -228,37 +181,17 @@ func (f *fakeActivities) RecordDeadLetter(_ context.Context, in workflows.DeadLe
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.called(workflows.RecordDeadLetter.Name)
-	f.deadLetterCalls = append(f.deadLetterCalls, deadLetterCall{In: in, At: f.now()})
-	var dl *fakeDeadLetter
-	for _, d := range f.deadLetters {
-		if d.Message.Event.ID == in.Message.Event.ID {
-			dl = d
-		}
-	}
-	if dl == nil {
-		f.nextDeadLetter++
-		dl = &fakeDeadLetter{ID: f.nextDeadLetter, Message: in.Message, EnrollmentID: in.EnrollmentID}
-		f.deadLetters[dl.ID] = dl
-	}
-	dl.State = workflows.DeadLetterOpen
-	dl.Rounds = max(dl.Rounds, in.Round)
 	if e, ok := f.enrollments[in.EnrollmentID]; ok && e.Status == workflows.StatusReserved {
 		e.Status = workflows.StatusDeadLettered
 	}
-	copied := in.Message
-	copied.Topic += ".DLT"
-	f.dltCopies = append(f.dltCopies, copied)
-	return workflows.DeadLetterRecord{ID: dl.ID, Round: dl.Rounds}, nil
+	return f.recordDeadLetter(in, f.now()), nil
 }
 
 func (f *fakeActivities) ResolveDeadLetter(_ context.Context, in workflows.ResolveDeadLetterInput) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.called(workflows.ResolveDeadLetter.Name)
-	f.resolutions = append(f.resolutions, in)
-	if dl, ok := f.deadLetters[in.ID]; ok {
-		dl.State = in.State
-	}
+	f.resolveDeadLetter(in)
 	return nil
 }
 
@@ -365,45 +298,6 @@ func (f *fakeActivities) enrollment(id string) fakeEnrollment {
 		return *e
 	}
 	return fakeEnrollment{}
-}
-
-func (f *fakeActivities) publishedMessages() []workflows.Message {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return slices.Clone(f.published)
-}
-
-func (f *fakeActivities) attemptsOf(eventType string) []publishAttempt {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	var out []publishAttempt
-	for _, a := range f.publishAttempts {
-		if a.EventType == eventType {
-			out = append(out, a)
-		}
-	}
-	return out
-}
-
-func (f *fakeActivities) deadLetterInputs() []deadLetterCall {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return slices.Clone(f.deadLetterCalls)
-}
-
-func (f *fakeActivities) deadLetter(id int64) fakeDeadLetter {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if d, ok := f.deadLetters[id]; ok {
-		return *d
-	}
-	return fakeDeadLetter{}
-}
-
-func (f *fakeActivities) resolved() []workflows.ResolveDeadLetterInput {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return slices.Clone(f.resolutions)
 }
 
 func (f *fakeActivities) releases() []string {
