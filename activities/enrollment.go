@@ -124,8 +124,9 @@ func (a *Activities) MarkConfirmed(ctx context.Context, enrollmentID string) err
 	return nil
 }
 
-// ReleaseSeat is the compensation of ReserveSeat. Only a reservation that is
-// still open gives its seat back, so running it twice frees one seat.
+// ReleaseSeat is the compensation of one claim that ReserveSeats reserved.
+// Only a reservation that is still open gives its seat back, so running it
+// twice frees one seat.
 func (a *Activities) ReleaseSeat(ctx context.Context, in workflows.ReleaseSeatInput) error {
 	return pgx.BeginFunc(ctx, a.DB, func(tx pgx.Tx) error {
 		var courseID string
