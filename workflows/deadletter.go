@@ -98,16 +98,20 @@ type parking struct {
 func publishOrPark(ctx workflow.Context, msg Message, stampFor string, p parking) (DeadLetterAction, error) {
 	info := workflow.GetInfo(ctx)
 	deadLetters := workflow.GetSignalChannel(ctx, SignalDeadLetter)
+	// recorded is the dead letter this call left, if any. The state's ID
+	// stays after a resolved dead letter (reads show it), so a later publish
+	// of the same run must not resolve that one again.
+	var recorded int64
 	for round := 1; ; round++ {
 		err := Publish.Execute(publishOptions(ctx), PublishInput{Message: msg, StampPublishedFor: stampFor})
 		if err == nil {
-			if *p.deadLetterID == 0 {
+			if recorded == 0 {
 				return "", nil
 			}
 			// Resolve before the caller moves on, so that whoever sees the
 			// enrollment confirmed also sees its dead letter resolved.
 			p.unpark(ctx)
-			return "", resolveDeadLetter(ctx, *p.deadLetterID, DeadLetterResolved)
+			return "", resolveDeadLetter(ctx, recorded, DeadLetterResolved)
 		}
 		if temporal.IsCanceledError(err) {
 			return "", err
@@ -125,7 +129,7 @@ func publishOrPark(ctx workflow.Context, msg Message, stampFor string, p parking
 		if err != nil {
 			return "", fmt.Errorf("record dead letter for %s: %w", msg.Event.ID, err)
 		}
-		*p.deadLetterID = record.ID
+		recorded, *p.deadLetterID = record.ID, record.ID
 		open := parked(record)
 		round = open.Round
 		p.park(ctx)

@@ -206,7 +206,9 @@ func EnrollmentDesk(ctx workflow.Context, in EnrollmentDeskInput) error {
 		decideQueued()
 	}
 	outcome.upsert(dctx)
-	if cancelled {
+	// The loop may end on closeNow before it sees a cancel; the cancel still
+	// closes the desk rather than starting its next run.
+	if cancelled || ctx.Err() != nil {
 		return temporal.NewCanceledError("desk closed by cancel")
 	}
 	return workflow.NewContinueAsNewError(ctx, EnrollmentDesk, in)

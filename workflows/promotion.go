@@ -47,7 +47,7 @@ func Promotion(ctx workflow.Context, in PromoteWaitlistInput) (PromotionState, e
 		c.state.Status = StatusFailed
 	}
 	// In the task that closes the run, so it costs no visibility write of
-	// its own (outcome.go).
+	// its own (visibility.go).
 	upsertClaimStatus(ctx, string(c.state.Status))
 	return c.state, err
 }

@@ -22,14 +22,14 @@ const (
 
 // Search attributes kept on every run so operators can filter in the UI and
 // with `temporal workflow list --query "CourseId='cs101'"`. CourseId and
-// StudentId are lists because a batch run carries many enrollments; on a
-// list "=" means "contains", so one query finds single and batch runs.
+// StudentId are lists because a desk run carries many enrollments; on a
+// list "=" means "contains", so one query finds single and desk runs.
 var (
 	SearchCourseID    = temporal.NewSearchAttributeKeyKeywordList("CourseId")
 	SearchStudentID   = temporal.NewSearchAttributeKeyKeywordList("StudentId")
 	SearchClaimStatus = temporal.NewSearchAttributeKeyKeyword("ClaimStatus")
-	// RefusedStudentIds: the students a batch run refused, set when the run
-	// closes (see batchOutcome for what StudentId and CourseId then hold).
+	// RefusedStudentIds: the students a desk run refused, set when the run
+	// closes (see deskOutcome for what StudentId and CourseId then hold).
 	SearchRefusedStudentIDs = temporal.NewSearchAttributeKeyKeywordList("RefusedStudentIds")
 	// Coupon runs: `CouponTypeId='spring-10' AND ClaimStatus='payout_failed'`.
 	SearchCouponID     = temporal.NewSearchAttributeKeyKeyword("CouponId")
