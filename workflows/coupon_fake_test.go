@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"slices"
 	"sync"
 	"testing"
@@ -12,7 +11,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/activity"
-	"go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 
@@ -142,10 +140,7 @@ func (f *couponFake) register(env *testsuite.TestWorkflowEnvironment) {
 
 func newCouponEnv(t *testing.T, f *couponFake) (*testsuite.TestWorkflowEnvironment, *claimStatuses) {
 	t.Helper()
-	var s testsuite.WorkflowTestSuite
-	s.SetLogger(log.NewStructuredLogger(slog.New(slog.DiscardHandler)))
-	env := s.NewTestWorkflowEnvironment()
-	env.SetStartTime(testStart)
+	env := newTestEnv()
 	env.RegisterWorkflow(workflows.IssueCoupon)
 	env.RegisterWorkflow(workflows.UseCoupon)
 	f.register(env)

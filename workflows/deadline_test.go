@@ -3,7 +3,6 @@ package workflows_test
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"sync"
 	"testing"
 	"time"
@@ -12,8 +11,6 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/interceptor"
-	"go.temporal.io/sdk/log"
-	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
@@ -113,10 +110,7 @@ func TestDecisionStepsAreTheWorkflowsOptions(t *testing.T) {
 	for _, kind := range []workflows.ClaimKind{workflows.ClaimEnrollment, workflows.ClaimCancellation,
 		workflows.ClaimIssueCoupon, workflows.ClaimUseCoupon} {
 		t.Run(string(kind), func(t *testing.T) {
-			var s testsuite.WorkflowTestSuite
-			s.SetLogger(log.NewStructuredLogger(slog.New(slog.DiscardHandler)))
-			env := s.NewTestWorkflowEnvironment()
-			env.SetStartTime(testStart)
+			env := newTestEnv()
 			r := &stepRecorder{infos: map[string][]activity.Info{}, options: map[string]workflow.ActivityOptions{},
 				local: map[string]workflow.LocalActivityOptions{}}
 			env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{r}})

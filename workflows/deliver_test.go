@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"slices"
 	"sync"
 	"testing"
@@ -14,7 +13,6 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 
@@ -112,10 +110,7 @@ func (f *fakeSink) snapshot() (attempts []deliveryAttempt, delivered []workflows
 
 func newDeliverEnv(t *testing.T, f *fakeSink) (*testsuite.TestWorkflowEnvironment, *claimStatuses) {
 	t.Helper()
-	var s testsuite.WorkflowTestSuite
-	s.SetLogger(log.NewStructuredLogger(slog.New(slog.DiscardHandler)))
-	env := s.NewTestWorkflowEnvironment()
-	env.SetStartTime(testStart)
+	env := newTestEnv()
 	// The consumer starts each run under its event's ID.
 	env.SetStartWorkflowOptions(client.StartWorkflowOptions{ID: workflows.DeliverEventWorkflowID(confirmedEventID)})
 	env.RegisterWorkflow(workflows.DeliverEvent)
@@ -367,4 +362,25 @@ func TestDeliverEventIgnoresUnknownDecision(t *testing.T) {
 	attempts, delivered, _, _ := f.snapshot()
 	require.Len(t, delivered, 1)
 	assert.Equal(t, 2*time.Minute, attempts[len(attempts)-1].At.Sub(testStart))
+}
+
+// A delivery that never parked gets its ClaimStatus as it closes.
+func TestDeliverEventOutcomeWithoutParking(t *testing.T) {
+	t.Run("delivered", func(t *testing.T) {
+		f := &fakeSink{}
+		env, claims := newDeliverEnv(t, f)
+		env.ExecuteWorkflow(workflows.DeliverEvent, afterInline())
+		require.True(t, env.IsWorkflowCompleted())
+		require.NoError(t, env.GetWorkflowError())
+		assert.Equal(t, []string{"delivered"}, claims.get())
+	})
+	t.Run("cancelled while retrying", func(t *testing.T) {
+		f := &fakeSink{fail: -1}
+		env, claims := newDeliverEnv(t, f)
+		env.RegisterDelayedCallback(env.CancelWorkflow, 2*time.Second)
+		env.ExecuteWorkflow(workflows.DeliverEvent, afterInline())
+		require.True(t, env.IsWorkflowCompleted())
+		require.Error(t, env.GetWorkflowError())
+		assert.Equal(t, []string{"discarded"}, claims.get())
+	})
 }

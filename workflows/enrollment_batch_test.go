@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"testing"
@@ -38,13 +39,22 @@ type batchFake struct {
 
 	// reserveErr, when set, is what ReserveSeats returns (a fault).
 	reserveErr error
+	// waitlistRoom bounds a course's waitlist (no bound when absent): a
+	// claim that would queue past it is refused waitlist_full.
+	waitlistRoom map[string]int
+	// holdReserve, when set, runs at the start of every ReserveSeats call
+	// (1 the first), outside the lock: a test blocks in it to keep a desk
+	// inside a decision while more batches or a cancel reach the desk.
+	holdReserve  func(call int)
+	reserveCalls int
 	// stranded is what FindStrandedReservations answers.
 	stranded  []workflows.StrandedBatch
+	findErr   error // what FindStrandedReservations fails with, when set
 	findCalls []workflows.RecoverReservationsInput
 
 	reserveSeatsInputs []workflows.ReserveSeatsInput
 	fastAttempts       []batchAttempt // PublishBatch with FailFast
-	batchAttempts      []batchAttempt // the durable path's attempts
+	batchAttempts      []batchAttempt // the batch run's attempts, on the retry policy
 	confirmBatches     [][]string     // ConfirmBatch calls
 	releaseSeatSets    [][]string     // ReleaseSeats calls
 }
@@ -101,6 +111,13 @@ func (b *batchFake) holder(course, student string) string {
 // earlier in this batch) and a full course are refused, in that order.
 func (b *batchFake) ReserveSeats(_ context.Context, in workflows.ReserveSeatsInput) (workflows.ReserveSeatsResult, error) {
 	b.mu.Lock()
+	b.reserveCalls++
+	hold, n := b.holdReserve, b.reserveCalls
+	b.mu.Unlock()
+	if hold != nil {
+		hold(n)
+	}
+	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.called(workflows.ReserveSeats.Name)
 	b.reserveSeatsInputs = append(b.reserveSeatsInputs, in)
@@ -132,6 +149,11 @@ func (b *batchFake) ReserveSeats(_ context.Context, in workflows.ReserveSeatsInp
 			d.Status, d.Refusal, d.EnrollmentID = workflows.StatusRefused, workflows.RefusalAlreadyEnrolled, holder
 			d.Message = fmt.Sprintf("student %q is already enrolled in %q", c.StudentID, c.CourseID)
 		case (b.enrolled[c.CourseID] >= b.capacity[c.CourseID] || len(b.waitlist[c.CourseID]) > 0) && c.Waitlist:
+			if room, bounded := b.waitlistRoom[c.CourseID]; bounded && len(b.waitlist[c.CourseID]) >= room {
+				d.Status, d.Refusal = workflows.StatusRefused, workflows.RefusalWaitlistFull
+				d.Message = fmt.Sprintf("course %q is full and so is its waitlist", c.CourseID)
+				continue
+			}
 			b.waitlist[c.CourseID] = append(b.waitlist[c.CourseID], c)
 			b.enrollments[c.EnrollmentID] = &fakeEnrollment{ID: c.EnrollmentID, CourseID: c.CourseID,
 				StudentID: c.StudentID, Status: workflows.StatusWaitlisted}
@@ -250,6 +272,9 @@ func (b *batchFake) FindStrandedReservations(_ context.Context, in workflows.Rec
 	defer b.mu.Unlock()
 	b.called(workflows.FindStrandedReservations.Name)
 	b.findCalls = append(b.findCalls, in)
+	if b.findErr != nil {
+		return workflows.FindStrandedResult{}, b.findErr
+	}
 	return workflows.FindStrandedResult{Batches: b.stranded}, nil
 }
 
@@ -348,47 +373,35 @@ func wantBatchEvents(t *testing.T, msgs []workflows.Message, claims []workflows.
 	}
 }
 
-// batchRun is one EnrollmentBatch run under test.
-type batchRun struct {
-	t      *testing.T
-	env    *testsuite.TestWorkflowEnvironment
-	fake   *batchFake
-	claims []workflows.EnrollmentInput
-
-	mu sync.Mutex
-	// children are the Enrollment runs the batch started, by workflow ID.
-	children map[string]workflows.EnrollmentInput
-	// childParents are the parent workflow IDs the children report.
-	childParents []string
+// enrollmentChild is an Enrollment run a batch run handed a claim to.
+type enrollmentChild struct {
+	In     workflows.EnrollmentInput
+	Parent string
 }
 
-func (r *batchRun) startedChildren() map[string]workflows.EnrollmentInput {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	out := map[string]workflows.EnrollmentInput{}
-	for k, v := range r.children {
-		out[k] = v
-	}
-	return out
-}
-
-func (r *batchRun) recordChildren() {
-	r.children = map[string]workflows.EnrollmentInput{}
-	r.env.SetOnChildWorkflowStartedListener(func(info *workflow.Info, _ workflow.Context, args converter.EncodedValues) {
-		if info.WorkflowType.Name == "Promotion" {
-			return // a compensated child's seat going to the waitlist: not a hand-off
+// recordEnrollmentChildren records the Enrollment runs started in env, by
+// workflow ID; the Promotion a compensated child starts is not a hand-off.
+func recordEnrollmentChildren(t *testing.T, env *testsuite.TestWorkflowEnvironment) func() map[string]enrollmentChild {
+	var mu sync.Mutex
+	children := map[string]enrollmentChild{}
+	env.SetOnChildWorkflowStartedListener(func(info *workflow.Info, _ workflow.Context, args converter.EncodedValues) {
+		if info.WorkflowType.Name != "Enrollment" {
+			return
 		}
-		var in workflows.EnrollmentInput
-		err := args.Get(&in)
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		assert.NoError(r.t, err, "child input")
-		assert.Equal(r.t, "Enrollment", info.WorkflowType.Name)
-		r.children[info.WorkflowExecution.ID] = in
+		var c enrollmentChild
+		assert.NoError(t, args.Get(&c.In), "child input")
 		if info.ParentWorkflowExecution != nil {
-			r.childParents = append(r.childParents, info.ParentWorkflowExecution.ID)
+			c.Parent = info.ParentWorkflowExecution.ID
 		}
+		mu.Lock()
+		defer mu.Unlock()
+		children[info.WorkflowExecution.ID] = c
 	})
+	return func() map[string]enrollmentChild {
+		mu.Lock()
+		defer mu.Unlock()
+		return maps.Clone(children)
+	}
 }
 
 // collectedAt is when the API closed the batch of the batch runs' claims:
@@ -444,8 +457,7 @@ func TestEnrollmentBatch(t *testing.T) {
 			f := reservedBatchFake()
 			f.failBatch = tc.failBatch
 			env, claims := newBatchEnv(t, f)
-			r := &batchRun{t: t, env: env, fake: f, claims: batchClaims()}
-			r.recordChildren()
+			startedChildren := recordEnrollmentChildren(t, env)
 			env.OnWorkflow(workflows.Enrollment, mock.Anything, mock.Anything).Return(workflows.EnrollmentState{}, nil)
 			if tc.cancelAt > 0 {
 				env.RegisterDelayedCallback(env.CancelWorkflow, tc.cancelAt)
@@ -480,14 +492,15 @@ func TestEnrollmentBatch(t *testing.T) {
 			}
 			wantBatchEvents(t, attempts[0].In.Messages, batchClaims(), collectedAt)
 
-			children := r.startedChildren()
+			children := startedChildren()
 			switch {
 			case tc.wantChildren:
 				require.Len(t, children, 2)
 				for _, c := range batchClaims() {
-					in, ok := children[workflows.EnrollmentWorkflowID(c)]
+					child, ok := children[workflows.EnrollmentWorkflowID(c)]
 					require.True(t, ok, "%s handed to %s", c.EnrollmentID, workflows.EnrollmentWorkflowID(c))
-					assert.Equal(t, c, in, "the run publishes the same payload: the batch's time")
+					assert.Equal(t, c, child.In, "the run publishes the same payload: the batch's time")
+					assert.Equal(t, testWorkflowID, child.Parent)
 				}
 				assert.Empty(t, f.confirmBatchCalls())
 			case tc.cancelAt > 0:
@@ -507,6 +520,25 @@ func TestEnrollmentBatch(t *testing.T) {
 	}
 }
 
+// recoveryWorkflowID is the recovery run's ID when a test runs it as a
+// child of recoverAfterDesk.
+const recoveryWorkflowID = workflows.ReservationRecoveryWorkflowID + "-test"
+
+// recoverAfterDesk is a test's parent run: it starts the run of batch
+// owned first, as a desk whose publish failed does, then runs the
+// recovery as its child.
+func recoverAfterDesk(ctx workflow.Context, owned string, in workflows.RecoverReservationsInput) (workflows.RecoveryState, error) {
+	var state workflows.RecoveryState
+	bctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{WorkflowID: workflows.EnrollmentBatchWorkflowID(owned)})
+	if err := workflow.ExecuteChildWorkflow(bctx, workflows.EnrollmentBatch, workflows.EnrollmentBatchInput{BatchID: owned}).
+		Get(ctx, nil); err != nil {
+		return state, err
+	}
+	rctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{WorkflowID: recoveryWorkflowID})
+	err := workflow.ExecuteChildWorkflow(rctx, workflows.RecoverReservations, in).Get(ctx, &state)
+	return state, err
+}
+
 // TestRecoverReservations: the recovery starts the run of each batch whose
 // reservations nobody finishes, and counts those that have one already.
 func TestRecoverReservations(t *testing.T) {
@@ -519,45 +551,72 @@ func TestRecoverReservations(t *testing.T) {
 		}
 		return b
 	}
+	in := workflows.RecoverReservationsInput{OlderThan: time.Minute, Limit: 100}
 	tests := []struct {
-		name        string
-		found       []workflows.StrandedBatch
-		wantStarted []string
+		name  string
+		found []workflows.StrandedBatch
+		// owned: a batch whose run a desk started before the recovery ran.
+		owned string
+		want  workflows.RecoveryState
 	}{
-		{name: "nothing stranded"},
-		{name: "two batches", found: []workflows.StrandedBatch{stranded("b-1", "enr-1", "enr-2"), stranded("b-2", "enr-3")},
-			wantStarted: []string{"b-1", "b-2"}},
+		{name: "nothing stranded: nothing started"},
+		{name: "each stranded batch's run started",
+			found: []workflows.StrandedBatch{stranded("b-1", "enr-1", "enr-2"), stranded("b-2", "enr-3")},
+			want:  workflows.RecoveryState{Found: 3, Started: []string{"b-1", "b-2"}}},
+		{name: "a batch whose run exists already is owned",
+			found: []workflows.StrandedBatch{stranded("b-1", "enr-1", "enr-2"), stranded("b-2", "enr-3")},
+			owned: "b-1",
+			want:  workflows.RecoveryState{Found: 3, Started: []string{"b-2"}, Owned: []string{"b-1"}}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newBatchFake()
 			f.stranded = tc.found
 			env, _ := newBatchEnv(t, f)
-			started := map[string]workflows.EnrollmentBatchInput{}
-			env.SetOnChildWorkflowStartedListener(func(info *workflow.Info, _ workflow.Context, args converter.EncodedValues) {
-				var in workflows.EnrollmentBatchInput
-				assert.NoError(t, args.Get(&in))
-				started[info.WorkflowExecution.ID] = in
-			})
-			env.OnWorkflow(workflows.EnrollmentBatch, mock.Anything, mock.Anything).Return(workflows.BatchState{}, nil)
+			children := recordBatchChildren(t, env, true)
 
-			env.ExecuteWorkflow(workflows.RecoverReservations, workflows.RecoverReservationsInput{OlderThan: time.Minute})
+			recovery := testWorkflowID
+			if tc.owned != "" {
+				recovery = recoveryWorkflowID
+				env.RegisterWorkflow(recoverAfterDesk)
+				env.ExecuteWorkflow(recoverAfterDesk, tc.owned, in)
+			} else {
+				env.ExecuteWorkflow(workflows.RecoverReservations, in)
+			}
 
 			require.True(t, env.IsWorkflowCompleted())
 			require.NoError(t, env.GetWorkflowError())
 			var got workflows.RecoveryState
 			require.NoError(t, env.GetWorkflowResult(&got))
-			assert.Equal(t, tc.wantStarted, got.Started)
-			assert.Empty(t, got.Owned)
-			assert.Equal(t, []workflows.RecoverReservationsInput{{OlderThan: time.Minute}}, f.findInputs())
-			require.Len(t, started, len(tc.found))
-			for _, b := range tc.found {
-				in, ok := started[workflows.EnrollmentBatchWorkflowID(b.BatchID)]
-				require.True(t, ok, "the run of %s, named by the batch", b.BatchID)
-				assert.Equal(t, workflows.EnrollmentBatchInput{BatchID: b.BatchID, Claims: b.Claims}, in)
-				got.Found -= len(b.Claims)
+			assert.Equal(t, tc.want, got)
+			assert.Equal(t, []workflows.RecoverReservationsInput{in}, f.findInputs())
+			started := map[string]batchChild{}
+			for id, c := range batchChildrenByID(*children) {
+				if c.Parent == recovery {
+					started[id] = c
+				}
 			}
-			assert.Zero(t, got.Found, "every stranded reservation counted")
+			require.Len(t, started, len(tc.want.Started))
+			for _, id := range tc.want.Started {
+				b := tc.found[slices.IndexFunc(tc.found, func(b workflows.StrandedBatch) bool { return b.BatchID == id })]
+				run, ok := started[workflows.EnrollmentBatchWorkflowID(id)]
+				require.True(t, ok, "the run of %s, named by the batch", id)
+				assert.Equal(t, workflows.EnrollmentBatchInput{BatchID: id, Claims: b.Claims}, run.In)
+				assert.Equal(t, "reserved", run.Status)
+			}
 		})
 	}
+
+	t.Run("a failed search fails the run", func(t *testing.T) {
+		f := newBatchFake()
+		f.findErr = errSchema
+		env, _ := newBatchEnv(t, f)
+		children := recordBatchChildren(t, env, true)
+
+		env.ExecuteWorkflow(workflows.RecoverReservations, in)
+
+		require.True(t, env.IsWorkflowCompleted())
+		assert.ErrorContains(t, env.GetWorkflowError(), "find stranded reservations")
+		assert.Empty(t, *children)
+	})
 }

@@ -146,6 +146,47 @@ func TestEnrollment(t *testing.T) {
 			},
 		},
 		{
+			// The dead letter of enrollment.promoted is resolved once, when
+			// its retry publishes it; enrollment.confirmed, published at
+			// once after it, has no dead letter to resolve.
+			name: "a promoted enrollment's enrollment.promoted dead-lettered, retried, then confirmed",
+			fake: func() *fakeActivities {
+				f := reservedFake(30, 0)
+				f.failPublish[workflows.EventEnrollmentPromoted] = -1
+				return f
+			},
+			in: func() workflows.EnrollmentInput {
+				in := enrollInput()
+				in.Promoted = true
+				return in
+			},
+			act: func(r *enrollRun) {
+				r.queryAt(dlAt - time.Second)
+				signalAt(r.env, dlAt, workflows.ActionRetry, func() {
+					r.fake.failPublishing(workflows.EventEnrollmentPromoted, 0)
+				})
+			},
+			wantState:  withDeadLetter(state(workflows.StatusConfirmed), 101),
+			wantClaims: []string{"dead_lettered", "reserved", "confirmed"},
+			check: func(t *testing.T, r *enrollRun) {
+				f := r.fake
+				requireDeadLettered(t, r, 101)
+				pub := f.publishedMessages()
+				require.Len(t, pub, 2)
+				wantEvent(t, pub[0], workflows.EventEnrollmentPromoted)
+				wantEvent(t, pub[1], workflows.EventEnrollmentConfirmed)
+				dls := f.deadLetterInputs()
+				require.Len(t, dls, 1)
+				assert.Equal(t, workflows.EventID(enrollmentID, workflows.EventEnrollmentPromoted), dls[0].In.Message.Event.ID)
+				assert.Equal(t, workflows.DeadLetterResolved, f.deadLetter(101).State)
+				assert.Equal(t, []workflows.ResolveDeadLetterInput{
+					{ID: 101, State: workflows.DeadLetterRetrying},
+					{ID: 101, State: workflows.DeadLetterResolved},
+				}, f.resolved(), "each state of the dead letter once")
+				assert.Equal(t, []string{enrollmentID}, f.confirms())
+			},
+		},
+		{
 			name: "transient publish failures are retried by the policy",
 			fake: func() *fakeActivities {
 				f := reservedFake(30, 0)

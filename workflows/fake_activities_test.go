@@ -324,13 +324,20 @@ func newEnv(t *testing.T, f *fakeActivities) (*testsuite.TestWorkflowEnvironment
 	return env, statuses
 }
 
-func newEnvWithWaitlist(t *testing.T, f *fakeActivities) (*testsuite.TestWorkflowEnvironment, *claimStatuses) {
-	t.Helper()
+// newTestEnv is the test environment every workflow test runs in: its
+// clock starts at testStart, and its log is discarded (a saga logs at error
+// level when it dead-letters).
+func newTestEnv() *testsuite.TestWorkflowEnvironment {
 	var s testsuite.WorkflowTestSuite
-	// The saga logs at error level when it dead-letters; keep test output quiet.
 	s.SetLogger(log.NewStructuredLogger(slog.New(slog.DiscardHandler)))
 	env := s.NewTestWorkflowEnvironment()
 	env.SetStartTime(testStart)
+	return env
+}
+
+func newEnvWithWaitlist(t *testing.T, f *fakeActivities) (*testsuite.TestWorkflowEnvironment, *claimStatuses) {
+	t.Helper()
+	env := newTestEnv()
 	env.RegisterWorkflow(workflows.Enrollment)
 	env.RegisterWorkflow(workflows.Cancellation)
 	env.RegisterWorkflow(workflows.Promotion)
@@ -399,34 +406,39 @@ type updateCall[T any] struct {
 
 type decisionCall = updateCall[workflows.Decision]
 
+// callbacks records the update's progress in c.
+func (c *updateCall[T]) callbacks() *testsuite.TestUpdateCallback {
+	return &testsuite.TestUpdateCallback{
+		OnAccept: func() {
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			c.accepted = true
+		},
+		OnReject: func(err error) {
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			c.rejected = err
+		},
+		OnComplete: func(v any, err error) {
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			c.completed, c.err = true, err
+			if err == nil {
+				d, ok := v.(T)
+				if !ok {
+					c.err = fmt.Errorf("update returned %T, want %T", v, d)
+				}
+				c.value = d
+			}
+		},
+	}
+}
+
 // sendUpdate sends the decision update with updateID (and args) after delay.
 func sendUpdate[T any](env *testsuite.TestWorkflowEnvironment, updateID string, delay time.Duration, args ...any) *updateCall[T] {
 	c := &updateCall[T]{}
 	env.RegisterDelayedCallback(func() {
-		env.UpdateWorkflow(workflows.UpdateDecision, updateID, &testsuite.TestUpdateCallback{
-			OnAccept: func() {
-				c.mu.Lock()
-				defer c.mu.Unlock()
-				c.accepted = true
-			},
-			OnReject: func(err error) {
-				c.mu.Lock()
-				defer c.mu.Unlock()
-				c.rejected = err
-			},
-			OnComplete: func(v any, err error) {
-				c.mu.Lock()
-				defer c.mu.Unlock()
-				c.completed, c.err = true, err
-				if err == nil {
-					d, ok := v.(T)
-					if !ok {
-						c.err = fmt.Errorf("update returned %T, want %T", v, d)
-					}
-					c.value = d
-				}
-			},
-		}, args...)
+		env.UpdateWorkflow(workflows.UpdateDecision, updateID, c.callbacks(), args...)
 	}, delay)
 	return c
 }

@@ -130,7 +130,7 @@ func fixturesOf(types ...string) []fixture {
 func TestReplayRecordedHistories(t *testing.T) {
 	for _, f := range fixtures {
 		t.Run(strings.TrimSuffix(f.file, ".json"), func(t *testing.T) {
-			file := filepath.Join("testdata", f.file)
+			file := recordedFixture(t, f)
 			h, err := client.HistoryFromJSON(mustOpen(t, file), client.HistoryJSONOptions{})
 			if err != nil {
 				t.Fatalf("load %s: %v", file, err)
@@ -144,6 +144,19 @@ func TestReplayRecordedHistories(t *testing.T) {
 			}
 		})
 	}
+}
+
+// recordedFixture is f's path in testdata/; a fixture the table lists but
+// nobody recorded yet fails the test that needs it, saying so.
+func recordedFixture(t *testing.T, f fixture) string {
+	t.Helper()
+	file := filepath.Join("testdata", f.file)
+	if _, err := os.Stat(file); errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("%s is not recorded yet (%s run: %s): record it with scripts/record-histories", file, f.workflow, f.path)
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return file
 }
 
 func mustOpen(t *testing.T, file string) io.Reader {
@@ -179,7 +192,7 @@ func TestEveryFixtureIsInTheTable(t *testing.T) {
 		delete(listed, filepath.Base(file))
 	}
 	for file := range listed {
-		t.Errorf("the fixtures table lists %s, which is not in testdata/", file)
+		t.Errorf("the fixtures table lists %s, which is not in testdata/: record it with scripts/record-histories", file)
 	}
 	// Every registered workflow has at least one history.
 	for _, w := range allWorkflows {
@@ -215,11 +228,13 @@ func TestEveryFixtureFailsAgainstAnotherProgram(t *testing.T) {
 		r.RegisterWorkflowWithOptions(fn, workflow.RegisterOptions{Name: name})
 	}
 	for _, f := range fixtures {
-		err := r.ReplayWorkflowHistoryFromJSONFile(quiet, filepath.Join("testdata", f.file))
-		// TMPRL1100 is the SDK's code for a nondeterministic workflow.
-		if err == nil || !strings.Contains(err.Error(), "TMPRL1100") {
-			t.Errorf("replaying %s against another program: got %v, want a nondeterminism error", f.file, err)
-		}
+		t.Run(strings.TrimSuffix(f.file, ".json"), func(t *testing.T) {
+			err := r.ReplayWorkflowHistoryFromJSONFile(quiet, recordedFixture(t, f))
+			// TMPRL1100 is the SDK's code for a nondeterministic workflow.
+			if err == nil || !strings.Contains(err.Error(), "TMPRL1100") {
+				t.Errorf("replaying %s against another program: got %v, want a nondeterminism error", f.file, err)
+			}
+		})
 	}
 }
 
@@ -237,15 +252,17 @@ func TestReplayDetectsAChangedStepOrder(t *testing.T) {
 		return workflows.EnrollmentState{}, err
 	}
 	for _, f := range enrollments {
-		file := filepath.Join("testdata", f.file)
-		r := worker.NewWorkflowReplayer()
-		r.RegisterWorkflowWithOptions(changed, workflow.RegisterOptions{Name: "Enrollment"})
-		r.RegisterWorkflowWithOptions(changed, workflow.RegisterOptions{Name: "EnrollmentBatch"})
-		err := r.ReplayWorkflowHistoryFromJSONFile(quiet, file)
-		// TMPRL1100 is the SDK's code for a nondeterministic workflow.
-		if err == nil || !strings.Contains(err.Error(), "TMPRL1100") {
-			t.Errorf("replaying %s against a reordered workflow: got %v, want a nondeterminism error", file, err)
-		}
+		t.Run(strings.TrimSuffix(f.file, ".json"), func(t *testing.T) {
+			file := recordedFixture(t, f)
+			r := worker.NewWorkflowReplayer()
+			r.RegisterWorkflowWithOptions(changed, workflow.RegisterOptions{Name: "Enrollment"})
+			r.RegisterWorkflowWithOptions(changed, workflow.RegisterOptions{Name: "EnrollmentBatch"})
+			err := r.ReplayWorkflowHistoryFromJSONFile(quiet, file)
+			// TMPRL1100 is the SDK's code for a nondeterministic workflow.
+			if err == nil || !strings.Contains(err.Error(), "TMPRL1100") {
+				t.Errorf("replaying %s against a reordered workflow: got %v, want a nondeterminism error", file, err)
+			}
+		})
 	}
 }
 

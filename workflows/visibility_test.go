@@ -2,16 +2,15 @@ package workflows_test
 
 import (
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/claimflow/claimflow/workflows"
 )
 
-// outcome is what a closed run's final upsert says.
+// outcome is what a closed run's final upsert of its search attributes
+// says (visibility.go).
 type outcome struct {
 	ClaimStatus string
 	StudentIDs  []string // StudentId; nil when not upserted
@@ -40,25 +39,4 @@ func TestClaimList(t *testing.T) {
 	assert.True(t, l.Fits(claim("enr-4", courseID, "stu-1"), 16), "a student and course already listed cost nothing")
 	assert.False(t, l.Fits(claim("enr-5", courseID, "stu-3"), 16), "a new student passes the budget")
 	assert.True(t, l.Fits(claim("enr-5", courseID, "stu-3"), 24))
-}
-
-// A delivery that never parked gets its ClaimStatus as it closes.
-func TestDeliverEventOutcomeWithoutParking(t *testing.T) {
-	t.Run("delivered", func(t *testing.T) {
-		f := &fakeSink{}
-		env, claims := newDeliverEnv(t, f)
-		env.ExecuteWorkflow(workflows.DeliverEvent, afterInline())
-		require.True(t, env.IsWorkflowCompleted())
-		require.NoError(t, env.GetWorkflowError())
-		assert.Equal(t, []string{"delivered"}, claims.get())
-	})
-	t.Run("cancelled while retrying", func(t *testing.T) {
-		f := &fakeSink{fail: -1}
-		env, claims := newDeliverEnv(t, f)
-		env.RegisterDelayedCallback(env.CancelWorkflow, 2*time.Second)
-		env.ExecuteWorkflow(workflows.DeliverEvent, afterInline())
-		require.True(t, env.IsWorkflowCompleted())
-		require.Error(t, env.GetWorkflowError())
-		assert.Equal(t, []string{"discarded"}, claims.get())
-	})
 }
