@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -123,9 +124,15 @@ type Audit struct {
 	// Lost: accepted enrollments (see Accepted) that are missing from the database or
 	// not terminal (confirmed, failed, cancelled) after the drain.
 	Lost int `json:"lost"`
-	// DuplicateEvents: confirmed enrollments with more than one
+	// DuplicateEvents: confirmed enrollments with copies of their
+	// enrollment.confirmed event that differ: no consumer deduping on the
+	// event ID could take them as one. Copies with the same bytes are
+	// Redelivered: the topic is at-least-once (a worker that dies between
+	// its publish and its workflow task's completion publishes again, under
+	// the same event ID), and the consumer dedupes them (docs/testing.md).
 	// enrollment.confirmed event on the topic.
 	DuplicateEvents int `json:"duplicate_events"`
+	Redelivered     int `json:"redelivered"`
 	// MissingEvents: confirmed enrollments with no such event.
 	MissingEvents int `json:"missing_events"`
 	// OversoldCourses: courses whose enrolled counter or confirmed
@@ -249,7 +256,8 @@ func audit(ctx context.Context, db *pgxpool.Pool, kcfg kafka.Config, sc Schema, 
 		return a, err
 	}
 	a.UnexpectedEvents = bad
-	for id, n := range events {
+	for id, ev := range events {
+		n := ev.copies
 		a.Events += n
 		switch status[id] {
 		// cancelled: confirmed, then given back by the churn.
@@ -262,21 +270,41 @@ func audit(ctx context.Context, db *pgxpool.Pool, kcfg kafka.Config, sc Schema, 
 		if st != "confirmed" {
 			continue
 		}
-		switch n := events[id]; {
-		case n == 0:
+		switch ev := events[id]; {
+		case ev == nil:
 			a.MissingEvents++
-		case n > 1:
+		case ev.differ:
 			a.DuplicateEvents++
+		default:
+			a.Redelivered += ev.copies - 1
 		}
 	}
 	return a, nil
 }
 
-// confirmedEvents reads the whole topic from the start and counts the
+// eventCopies are the copies of one enrollment's enrollment.confirmed
+// event on the topic: how many, the first one's bytes, and whether any
+// other copy's bytes differ.
+type eventCopies struct {
+	copies int
+	first  []byte
+	differ bool
+}
+
+func (e *eventCopies) add(value []byte) {
+	if e.copies == 0 {
+		e.first = value
+	} else if !bytes.Equal(e.first, value) {
+		e.differ = true
+	}
+	e.copies++
+}
+
+// confirmedEvents reads the whole topic from the start and collects the
 // enrollment.confirmed events of courses whose ID starts with prefix (the
 // message key is the course ID), per enrollment. bad counts events of those
 // courses whose event_id is not the one derived from enrollment and type.
-func confirmedEvents(ctx context.Context, kcfg kafka.Config, topic, prefix string) (map[string]int, int, error) {
+func confirmedEvents(ctx context.Context, kcfg kafka.Config, topic, prefix string) (map[string]*eventCopies, int, error) {
 	cfg := sarama.NewConfig()
 	version := kcfg.Version
 	if version == "" {
@@ -305,7 +333,7 @@ func confirmedEvents(ctx context.Context, kcfg kafka.Config, topic, prefix strin
 	}
 	var (
 		mu     sync.Mutex
-		counts = map[string]int{}
+		counts = map[string]*eventCopies{}
 		bad    int
 		wg     sync.WaitGroup
 		errs   = make(chan error, len(partitions))
@@ -331,7 +359,11 @@ func confirmedEvents(ctx context.Context, kcfg kafka.Config, topic, prefix strin
 				return
 			}
 			defer pc.Close()
-			local := map[string]int{}
+			type copyOf struct {
+				id    string
+				value []byte
+			}
+			var local []copyOf
 			localBad := 0
 			for {
 				select {
@@ -348,14 +380,17 @@ func confirmedEvents(ctx context.Context, kcfg kafka.Config, topic, prefix strin
 							if e.ID != workflows.EventID(id, e.Type) {
 								localBad++
 							} else {
-								local[id]++
+								local = append(local, copyOf{id, msg.Value})
 							}
 						}
 					}
 					if msg.Offset >= newest-1 {
 						mu.Lock()
-						for id, n := range local {
-							counts[id] += n
+						for _, c := range local {
+							if counts[c.id] == nil {
+								counts[c.id] = &eventCopies{}
+							}
+							counts[c.id].add(c.value)
 						}
 						bad += localBad
 						mu.Unlock()

@@ -101,8 +101,11 @@ func (o Options) Validate() error {
 
 // Arm is one system under test.
 type Arm struct {
-	Name   string
+	Name string
+	// URL is the API the courses are created on; URLs, when set, are
+	// every API process, which take the enrollments in turn.
 	URL    string
+	URLs   []string
 	Schema Schema
 	// Token, when set, is sent as the bearer token of every request: an
 	// admin's, since the bench creates courses and enrolls any student.
@@ -116,6 +119,13 @@ type Arm struct {
 	// there is no stage table.
 	Metrics   []string
 	NoMetrics string
+}
+
+func (a Arm) bases() []string {
+	if len(a.URLs) > 0 {
+		return a.URLs
+	}
+	return []string{a.URL}
 }
 
 // Result is one arm's figures; the JSON keys are the issue's.
@@ -184,7 +194,7 @@ func Run(ctx context.Context, o Options, arm Arm) (*Result, error) {
 		res.NoStageTable = arm.NoMetrics
 	}
 	en := &enroller{
-		client: client, base: arm.URL, token: arm.Token, courses: courses, students: o.Students,
+		client: client, bases: arm.bases(), token: arm.Token, courses: courses, students: o.Students,
 		sleep: o.Scenario.Sleep, maxRetries: o.MaxRetries, start: start, rec: rec,
 		churn: o.Churn, holdSeat: o.HoldSeat, waitlist: o.Waitlist,
 	}

@@ -386,7 +386,7 @@ func capacityArm(ctx context.Context, o CapacityOptions, arm Arm, scope string) 
 		arm.Name, res.RunID, arm.URL, o.StartRate, o.StepRate, o.StepDuration, o.MaxRate, o.Window, sc.MaxVUs)
 
 	rec := &capacityRecorder{window: o.Window}
-	en := &enroller{client: client, base: arm.URL, token: arm.Token, courses: courses, students: o.Students}
+	en := &enroller{client: client, bases: arm.bases(), token: arm.Token, courses: courses, students: o.Students}
 	defer en.useH1(o.Timeout)()
 	start := time.Now()
 	runCtx, stop := context.WithCancel(ctx)
@@ -396,7 +396,7 @@ func capacityArm(ctx context.Context, o CapacityOptions, arm Arm, scope string) 
 		rec.start(at, time.Since(start)-at > lateAfter)
 		course, student := en.pick(n)
 		began := time.Now()
-		status, _, _, err := en.post(ctx, "/v1/courses/"+course+"/enrollments", []byte(`{"student_id":"`+student+`"}`))
+		status, _, _, err := en.post(ctx, n, "/v1/courses/"+course+"/enrollments", []byte(`{"student_id":"`+student+`"}`))
 		s := capSample{scheduled: at, latency: time.Since(began), status: status}
 		if err != nil {
 			s.outcome = classify(err)

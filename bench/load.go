@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -118,10 +119,13 @@ func retryAfter(h http.Header, now time.Time) (time.Duration, bool) {
 // (retried after Retry-After on 429/503), then the VU sleeps.
 type enroller struct {
 	client *http.Client
-	// h1, when set, sends the enrollment POSTs (h1client.go); client
-	// still sends everything else.
-	h1         *h1Pool
-	base       string
+	// h1, when set, sends the enrollment POSTs, one pool per base
+	// (h1client.go); client still sends everything else.
+	h1 []*h1Pool
+	// bases are the API processes, taken in turn by iteration; a request
+	// that cannot connect to one goes to the next, as a client behind a
+	// load balancer sees it.
+	bases      []string
 	token      string
 	courses    []string
 	students   int
@@ -161,7 +165,7 @@ func (e *enroller) iteration(ctx context.Context, n int, _ time.Duration) {
 	path := "/v1/courses/" + course + "/enrollments"
 	for attempt := 0; ; attempt++ {
 		began := time.Now()
-		status, raw, header, err := e.post(ctx, path, body)
+		status, raw, header, err := e.post(ctx, n, path, body)
 		ended := time.Now()
 		s := Sample{End: ended.Sub(e.start), Latency: ended.Sub(began), Status: status}
 		if err != nil {
@@ -180,7 +184,7 @@ func (e *enroller) iteration(ctx context.Context, n int, _ time.Duration) {
 					e.waitlisted.Add(1)
 				}
 				if status == http.StatusCreated && e.churns(n) {
-					e.cancel(ctx, id)
+					e.cancel(ctx, e.bases[n%len(e.bases)], id)
 				}
 			}
 		}
@@ -202,20 +206,41 @@ func (e *enroller) iteration(ctx context.Context, n int, _ time.Duration) {
 // useH1 sends the enrollment POSTs through the bench's own HTTP/1.1 client
 // when base is plain http://host:port; the returned func closes it.
 func (e *enroller) useH1(timeout time.Duration) (closeH1 func()) {
-	h1, ok := newH1Pool(e.base, timeout)
-	if !ok {
-		return func() {}
+	var pools []*h1Pool
+	for _, base := range e.bases {
+		h1, ok := newH1Pool(base, timeout)
+		if !ok {
+			for _, p := range pools {
+				p.close()
+			}
+			return func() {}
+		}
+		pools = append(pools, h1)
 	}
-	e.h1 = h1
-	return h1.close
+	e.h1 = pools
+	return func() {
+		for _, p := range pools {
+			p.close()
+		}
+	}
 }
 
-// post sends an enrollment POST through h1 when set, else through client.
-func (e *enroller) post(ctx context.Context, path string, body []byte) (int, []byte, http.Header, error) {
-	if e.h1 == nil {
-		return post(ctx, e.client, e.base+path, e.token, body)
+// post sends iteration n's enrollment POST to its base, through h1 when
+// set, else through client. When the base refuses the connection (its
+// process is down) and there is another, it goes there.
+func (e *enroller) post(ctx context.Context, n int, path string, body []byte) (int, []byte, http.Header, error) {
+	status, raw, h, err := e.postTo(ctx, n%len(e.bases), path, body)
+	if err != nil && len(e.bases) > 1 && errors.Is(err, syscall.ECONNREFUSED) {
+		return e.postTo(ctx, (n+1)%len(e.bases), path, body)
 	}
-	status, raw, retry, err := e.h1.post(ctx, path, e.token, body)
+	return status, raw, h, err
+}
+
+func (e *enroller) postTo(ctx context.Context, i int, path string, body []byte) (int, []byte, http.Header, error) {
+	if e.h1 == nil {
+		return post(ctx, e.client, e.bases[i]+path, e.token, body)
+	}
+	status, raw, retry, err := e.h1[i].post(ctx, path, e.token, body)
 	var h http.Header
 	if retry != "" {
 		h = http.Header{"Retry-After": {retry}}
@@ -238,12 +263,12 @@ func (e *enroller) churns(n int) bool {
 
 // cancel holds the seat for holdSeat, then gives it back: DELETE, retried
 // after Retry-After while the enrollment is still being confirmed.
-func (e *enroller) cancel(ctx context.Context, id string) {
+func (e *enroller) cancel(ctx context.Context, base, id string) {
 	if !sleepCtx(ctx, e.holdSeat) {
 		return
 	}
 	for attempt := 0; attempt < 20; attempt++ {
-		req, err := http.NewRequestWithContext(ctx, http.MethodDelete, e.base+"/v1/enrollments/"+id, nil)
+		req, err := http.NewRequestWithContext(ctx, http.MethodDelete, base+"/v1/enrollments/"+id, nil)
 		if err != nil {
 			return
 		}

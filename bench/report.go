@@ -58,8 +58,8 @@ func WriteSummary(w io.Writer, r *Result) {
 	p("  audit (%s): %s\n", drained, verdict)
 	p("    accepted %d, enrollments in db %d (confirmed %d, not terminal %d, never told to a client: %d)\n",
 		a.Accepted, a.Enrollments, a.Confirmed, a.Pending, a.UnansweredInDB)
-	p("    lost %d, duplicate events %d, missing events %d, unexpected events %d, oversold courses %d (%d confirmed events on the topic)\n",
-		a.Lost, a.DuplicateEvents, a.MissingEvents, a.UnexpectedEvents, a.OversoldCourses, a.Events)
+	p("    lost %d, duplicate events %d, missing events %d, unexpected events %d, oversold courses %d (%d confirmed events on the topic, %d of them redelivered copies)\n",
+		a.Lost, a.DuplicateEvents, a.MissingEvents, a.UnexpectedEvents, a.OversoldCourses, a.Events, a.Redelivered)
 	if w := r.Waitlist; w != nil {
 		v := "OK"
 		if !w.OK() {

@@ -144,7 +144,7 @@ func parseLoad(env benchEnv, mode string, args []string, stderr io.Writer) (load
 	fs := flag.NewFlagSet("claimflow-bench "+mode, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	user := bench.UserScenario()
-	target := fs.String("target", "http://"+env.HTTPAddr, "base URL of the claimflow API under test (burst, compare)")
+	target := fs.String("target", "http://"+env.HTTPAddr, "base URL of the claimflow API under test (burst, compare); several, comma-separated, take the enrollments in turn (the APIs of 'claimflow dev --shape cluster')")
 	rate := fs.Float64("rate", 2000, "target arrival rate, iterations per second")
 	ramp := fs.Duration("ramp", user.Stages[0].Duration, "ramp from 0 to --rate over this long (0: start at --rate)")
 	hold := fs.Duration("hold", user.Stages[1].Duration, "hold --rate this long")
@@ -225,11 +225,21 @@ func claimflowArm(env benchEnv, target string, targetSet bool, pidFlags, metrics
 	if err != nil {
 		return bench.Arm{}, err
 	}
-	a := bench.Arm{Name: "claimflow", URL: strings.TrimRight(target, "/"), Schema: bench.ClaimflowSchema, PIDs: pids}
+	a := bench.Arm{Name: "claimflow", Schema: bench.ClaimflowSchema, PIDs: pids}
+	for t := range strings.SplitSeq(target, ",") {
+		a.URLs = append(a.URLs, strings.TrimRight(t, "/"))
+	}
+	a.URL = a.URLs[0]
 	if len(metrics) > 0 {
 		a.Metrics = metrics
 	} else {
-		a.Metrics, a.NoMetrics = defaultMetrics(env, a.URL, targetSet)
+		for _, u := range a.URLs {
+			m, why := defaultMetrics(env, u, targetSet)
+			a.Metrics, a.NoMetrics = append(a.Metrics, m...), why
+		}
+		if a.NoMetrics != "" {
+			a.Metrics = nil
+		}
 	}
 	return a, nil
 }

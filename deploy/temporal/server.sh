@@ -333,6 +333,11 @@ cmd_start() {
 		RETENTION="${retention:-72h}" SEARCH_ATTRIBUTES="$attrs" sh "$SCRIPT_DIR/setup-namespace.sh" >&2; then
 		log "namespace setup failed: stopping"; stop_all; exit 1
 	fi
+	# The forced refresh of the search-attribute cache served the
+	# registration just done; under load it costs a database read per
+	# request (dynamicconfig.yaml says so), and the nodes re-read this file
+	# every pollInterval, so it is off from here on.
+	sed -i '/^system.forceSearchAttributesCacheRefreshOnRead:/,/^[^ ]/s/value: true/value: false/' "$RUN_DIR/dynamicconfig.yaml"
 	log "Temporal $VERSION up in $((SECONDS - t0))s: ${#NODES[@]} processes, $SHARDS history shards"
 	echo "TEMPORAL_ADDRESS=$(frontend_addr)"
 }

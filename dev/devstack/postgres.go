@@ -29,6 +29,10 @@ import (
 // 127.0.0.1 only, so the URL needs no password.
 const pgSuperuser = "claimflow"
 
+// Superuser is the role that owns the private cluster (for the production
+// shape's Temporal server, and tests that read its tables).
+const Superuser = pgSuperuser
+
 // PostgresOptions configures StartPostgres.
 type PostgresOptions struct {
 	// DataDir holds the cluster (e.g. <data>/pg); created with initdb when

@@ -102,13 +102,17 @@ type variable struct {
 
 // variables is every environment variable claimflow reads. Load asks for
 // no other name (it panics on one not listed), so this list is complete.
+// NoUI as TEMPORAL_UI_URL says there is no Web UI to link to (the
+// production-shaped stack of `claimflow dev --shape cluster`).
+const NoUI = "none"
+
 var variables = []variable{
 	{"DATABASE_URL", "postgres://" + DefaultRuntimeRole + "@127.0.0.1:55432/claimflow?sslmode=disable", "PostgreSQL URL of the runtime role the services connect as"},
 	{"MIGRATE_DATABASE_URL", "postgres://" + DefaultOwnerRole + "@127.0.0.1:55432/claimflow?sslmode=disable", "PostgreSQL URL of the schema owner `claimflow migrate` connects as (unset while DATABASE_URL is set: DATABASE_URL)"},
 	{"DATABASE_RUNTIME_ROLE", "", "role `claimflow migrate` grants the services' DML to (unset: DATABASE_URL's user)"},
 	{"TEMPORAL_ADDRESS", "127.0.0.1:7233", "Temporal frontend host:port"},
 	{"TEMPORAL_NAMESPACE", "default", "Temporal namespace"},
-	{"TEMPORAL_UI_URL", "http://127.0.0.1:8233", "Temporal Web UI, linked from API answers"},
+	{"TEMPORAL_UI_URL", "http://127.0.0.1:8233", "Temporal Web UI, linked from API answers (" + NoUI + ": no links)"},
 	{"TEMPORAL_CLI", "", "temporal binary the dev stack runs (read by dev/devstack)"},
 	{"TEMPORAL_GRPC_COMPRESSION", TemporalCompressionGzip, "gzip or none: compression of the services' calls to Temporal (claimflow dev, on loopback, uses none)"},
 	{"KAFKA_BROKERS", "127.0.0.1:9092", "comma-separated Kafka bootstrap brokers"},
@@ -298,6 +302,9 @@ func load(lookup func(string) (string, bool)) (Config, error) {
 		MetricsAddr:         e.get("METRICS_ADDR"),
 		LogFormat:           e.get("LOG_FORMAT"),
 		set:                 e.set,
+	}
+	if c.TemporalUIURL == NoUI {
+		c.TemporalUIURL = ""
 	}
 	_ = e.get("TEMPORAL_CLI") // read by dev/devstack; listed here so deployments may set it
 	if err := loadDatabase(e, &c); err != nil {

@@ -1,6 +1,7 @@
 package services
 
 import (
+	"cmp"
 	"fmt"
 	"path/filepath"
 	"slices"
@@ -33,7 +34,7 @@ func (s *Stack) OutsideEnv() []Setting {
 		{Name: "DATABASE_URL", Value: c.DatabaseURL},
 		{Name: "KAFKA_BROKERS", Value: strings.Join(c.KafkaBrokers, ",")},
 		{Name: "TEMPORAL_ADDRESS", Value: c.TemporalAddress},
-		{Name: "TEMPORAL_UI_URL", Value: c.TemporalUIURL},
+		{Name: "TEMPORAL_UI_URL", Value: cmp.Or(c.TemporalUIURL, config.NoUI)},
 		{Name: "TEMPORAL_GRPC_COMPRESSION", Value: c.TemporalCompression},
 		{Name: "CLAIM_BATCH_ATTR_BYTES", Value: strconv.Itoa(c.ClaimBatchAttrBytes)},
 		{Name: "VENDOR_PAYOUT_URL", Value: c.PayoutURL},

@@ -40,6 +40,15 @@ type StackOptions struct {
 	// kfake; KafkaReplicas is then the replication factor of new topics.
 	KafkaBrokers  []string
 	KafkaReplicas int16
+	// TemporalCluster runs the Temporal server as deploy/temporal/server.sh
+	// does, five processes on the stack's own PostgreSQL with the frontend
+	// on TemporalPort, instead of the dev server (the production shape).
+	TemporalCluster bool
+	// KafkaNodes, when above zero, runs Apache Kafka with that many brokers
+	// from KafkaPort (deploy/kafka/kafka.sh) instead of kfake.
+	KafkaNodes int
+	// NoMigrate leaves `claimflow migrate` to a process of its own.
+	NoMigrate bool
 	// Headless skips the Temporal Web UI (tests).
 	Headless bool
 	// PayoutPort is where the payout simulator listens (0: a free port);
@@ -99,16 +108,19 @@ const ClaimBatchAttrBytes = 30000
 // Postgres, and the API and worker in this process.
 type Stack struct {
 	Config   config.Config
-	Temporal *devstack.TemporalServer
-	Kafka    *devstack.Kafka
-	Postgres *devstack.Postgres // nil when DATABASE_URL was given
-	Payout   *payoutsim.Server  // nil when VENDOR_PAYOUT_URL was given
-	Notify   *notifysim.Server  // nil when NOTIFY_WEBHOOK_URL was given
-	Pool     *pgxpool.Pool
-	Client   client.Client
-	API      *APIService
-	Worker   *WorkerService
-	Consumer *ConsumerService
+	Temporal *devstack.TemporalServer // nil with TemporalCluster
+	Kafka    *devstack.Kafka          // nil with KafkaBrokers or KafkaNodes
+	// TemporalCluster and KafkaCluster run through the deploy/ scripts.
+	TemporalCluster *devstack.ScriptCluster
+	KafkaCluster    *devstack.ScriptCluster
+	Postgres        *devstack.Postgres // nil when DATABASE_URL was given
+	Payout          *payoutsim.Server  // nil when VENDOR_PAYOUT_URL was given
+	Notify          *notifysim.Server  // nil when NOTIFY_WEBHOOK_URL was given
+	Pool            *pgxpool.Pool
+	Client          client.Client
+	API             *APIService
+	Worker          *WorkerService
+	Consumer        *ConsumerService
 	// Telemetry is served on the API's /metrics.
 	Telemetry *Telemetry
 	// Options are as started, with an absolute DataDir.
@@ -143,50 +155,6 @@ func StartStack(ctx context.Context, base config.Config, log *slog.Logger, o Sta
 		}
 	}()
 
-	bin, err := devstack.TemporalCLI(ctx, progress)
-	if err != nil {
-		return s, err
-	}
-	fmt.Fprintln(progress, "starting Temporal dev server...")
-	s.Temporal, err = devstack.StartTemporal(ctx, devstack.TemporalOptions{
-		Binary:           bin,
-		DBFile:           filepath.Join(dataDir, "temporal.db"),
-		Port:             o.TemporalPort,
-		UIPort:           o.UIPort,
-		Namespace:        base.Namespace,
-		SearchAttributes: workflows.SearchAttributeTypes,
-		DynamicConfig:    TemporalDynamicConfig,
-		Headless:         o.Headless,
-		LogFile:          filepath.Join(dataDir, "logs", "temporal.log"),
-	})
-	if err != nil {
-		return s, err
-	}
-	s.Config.TemporalAddress = s.Temporal.Addr
-	s.Config.TemporalUIURL = s.Temporal.UIURL
-	s.Config.ClaimBatchAttrBytes = ClaimBatchAttrBytes
-	// The dev server is on loopback: compressing its calls only costs CPU.
-	s.Config.TemporalCompression = config.TemporalCompressionNone
-
-	if len(o.KafkaBrokers) > 0 {
-		s.Config.KafkaBrokers = o.KafkaBrokers
-		fmt.Fprintf(progress, "using Kafka at %v...\n", o.KafkaBrokers)
-		if err := kafka.EnsureTopics(ctx, KafkaConfig(s.Config, "claimflow-dev"), kafka.AllTopics(o.KafkaReplicas)); err != nil {
-			return s, err
-		}
-	} else {
-		fmt.Fprintln(progress, "starting Kafka (kfake)...")
-		s.Kafka, err = devstack.StartKafka(ctx, devstack.KafkaOptions{
-			DataDir: filepath.Join(dataDir, "kafka"),
-			Port:    o.KafkaPort,
-			Topics:  Topics,
-		})
-		if err != nil {
-			return s, err
-		}
-		s.Config.KafkaBrokers = s.Kafka.Brokers
-	}
-
 	if o.DatabaseURL != "" {
 		// The user's database: no roles are created there. Migrations
 		// run as MIGRATE_DATABASE_URL (else this URL), the services as
@@ -220,10 +188,88 @@ func StartStack(ctx context.Context, base config.Config, log *slog.Logger, o Sta
 		s.Config.DatabaseURL = s.Postgres.RoleURL(s.Config.RuntimeRole)
 		s.Config.MigrateDatabaseURL = s.Postgres.RoleURL(config.DefaultOwnerRole)
 	}
+	if o.TemporalCluster {
+		if s.Postgres == nil {
+			return s, errors.New("the Temporal cluster runs on the stack's own PostgreSQL: unset DATABASE_URL")
+		}
+		s.TemporalCluster, err = devstack.StartTemporalCluster(ctx, devstack.TemporalClusterOptions{
+			Dir:      filepath.Join(dataDir, "temporal-cluster"),
+			PGURL:    s.Postgres.URL,
+			BasePort: o.TemporalPort,
+			LogFile:  filepath.Join(dataDir, "logs", "temporal-cluster.log"),
+			Progress: progress,
+		})
+		if err != nil {
+			return s, err
+		}
+		s.Config.TemporalAddress = s.TemporalCluster.Value
+		s.Config.TemporalUIURL = "" // no Web UI runs here: answers carry no workflow_url
+	} else {
+		bin, err := devstack.TemporalCLI(ctx, progress)
+		if err != nil {
+			return s, err
+		}
+		fmt.Fprintln(progress, "starting Temporal dev server...")
+		s.Temporal, err = devstack.StartTemporal(ctx, devstack.TemporalOptions{
+			Binary:           bin,
+			DBFile:           filepath.Join(dataDir, "temporal.db"),
+			Port:             o.TemporalPort,
+			UIPort:           o.UIPort,
+			Namespace:        base.Namespace,
+			SearchAttributes: workflows.SearchAttributeTypes,
+			DynamicConfig:    TemporalDynamicConfig,
+			Headless:         o.Headless,
+			LogFile:          filepath.Join(dataDir, "logs", "temporal.log"),
+		})
+		if err != nil {
+			return s, err
+		}
+		s.Config.TemporalAddress = s.Temporal.Addr
+		s.Config.TemporalUIURL = s.Temporal.UIURL
+	}
+	s.Config.ClaimBatchAttrBytes = ClaimBatchAttrBytes
+	// The server is on loopback: compressing its calls only costs CPU.
+	s.Config.TemporalCompression = config.TemporalCompressionNone
+
+	if o.KafkaNodes > 0 {
+		s.KafkaCluster, err = devstack.StartKafkaCluster(ctx, devstack.KafkaClusterOptions{
+			Dir:      filepath.Join(dataDir, "kafka-cluster"),
+			Nodes:    o.KafkaNodes,
+			BasePort: o.KafkaPort,
+			LogFile:  filepath.Join(dataDir, "logs", "kafka-cluster.log"),
+			Progress: progress,
+		})
+		if err != nil {
+			return s, err
+		}
+		o.KafkaBrokers = strings.Split(s.KafkaCluster.Value, ",")
+		o.KafkaReplicas = int16(min(o.KafkaNodes, 3))
+	}
+	if len(o.KafkaBrokers) > 0 {
+		s.Config.KafkaBrokers = o.KafkaBrokers
+		fmt.Fprintf(progress, "using Kafka at %v...\n", o.KafkaBrokers)
+		if err := kafka.EnsureTopics(ctx, KafkaConfig(s.Config, "claimflow-dev"), kafka.AllTopics(o.KafkaReplicas)); err != nil {
+			return s, err
+		}
+	} else {
+		fmt.Fprintln(progress, "starting Kafka (kfake)...")
+		s.Kafka, err = devstack.StartKafka(ctx, devstack.KafkaOptions{
+			DataDir: filepath.Join(dataDir, "kafka"),
+			Port:    o.KafkaPort,
+			Topics:  Topics,
+		})
+		if err != nil {
+			return s, err
+		}
+		s.Config.KafkaBrokers = s.Kafka.Brokers
+	}
+
 	// Once per stack, as the owner: the one-shot migration of compose
 	// and k8s. Services started (and restarted) below never migrate.
-	if err := Migrate(ctx, s.Config, s.Log); err != nil {
-		return s, err
+	if !o.NoMigrate {
+		if err := Migrate(ctx, s.Config, s.Log); err != nil {
+			return s, err
+		}
 	}
 	if o.PayoutURL != "" {
 		s.Config.PayoutURL = o.PayoutURL
@@ -327,9 +373,17 @@ func (s *Stack) Stop(ctx context.Context) error {
 		errs = append(errs, s.Temporal.Stop(ctx))
 		s.Temporal = nil
 	}
+	if s.TemporalCluster != nil {
+		errs = append(errs, s.TemporalCluster.Stop(ctx))
+		s.TemporalCluster = nil
+	}
 	if s.Kafka != nil {
 		s.Kafka.Close()
 		s.Kafka = nil
+	}
+	if s.KafkaCluster != nil {
+		errs = append(errs, s.KafkaCluster.Stop(ctx))
+		s.KafkaCluster = nil
 	}
 	if s.Postgres != nil {
 		errs = append(errs, s.Postgres.Stop(ctx))
