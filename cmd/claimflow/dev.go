@@ -34,15 +34,21 @@ func runDev(ctx context.Context, cfg appconfig.Config, log *slog.Logger, args []
 	fs.BoolVar(&o.InsecureNoAuth, "insecure-no-auth", false, "serve the API without authentication, every request acting as an admin (never beyond a sandbox)")
 	list := fs.String("services", "api,worker,consumer", "services run inside this process; the others (or all, with \"none\") run as 'claimflow api|worker|consumer' processes against the printed addresses")
 	shape := fs.String("shape", "dev", "\"dev\": the Temporal dev server and kfake, the services in this process; \"cluster\": the production shape from a checkout (a 5-process Temporal server on PostgreSQL, 3 Apache Kafka brokers, 2 APIs, 2 workers and a consumer as processes), on ports of its own, on a new --data-dir")
+	var r services.Replicas
+	fs.IntVar(&r.APIs, "apis", services.ClusterAPIs, "with --shape cluster: API processes (ports from --http-addr up)")
+	fs.IntVar(&r.Workers, "workers", services.ClusterWorkers, "with --shape cluster: worker processes")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if r.APIs < 1 || r.Workers < 1 {
+		return fmt.Errorf("--apis %d --workers %d: at least one of each", r.APIs, r.Workers)
 	}
 	o.Progress = os.Stderr
 	switch *shape {
 	case "dev":
 	case "cluster":
 		clusterDefaults(fs, &o)
-		return runCluster(ctx, cfg, log, o)
+		return runCluster(ctx, cfg, log, o, r)
 	default:
 		return fmt.Errorf("--shape %q: want dev or cluster", *shape)
 	}
@@ -98,13 +104,13 @@ func runDev(ctx context.Context, cfg appconfig.Config, log *slog.Logger, args []
 }
 
 // runCluster is `claimflow dev --shape cluster` until a signal.
-func runCluster(ctx context.Context, cfg appconfig.Config, log *slog.Logger, o services.StackOptions) error {
+func runCluster(ctx context.Context, cfg appconfig.Config, log *slog.Logger, o services.StackOptions, r services.Replicas) error {
 	began := time.Now()
 	self, err := os.Executable()
 	if err != nil {
 		return fmt.Errorf("locate the claimflow binary: %w", err)
 	}
-	c, err := services.StartCluster(ctx, cfg, log, o, self)
+	c, err := services.StartCluster(ctx, cfg, log, o, r, self)
 	if err != nil {
 		return err
 	}

@@ -25,12 +25,15 @@ var ClusterPorts = struct {
 	Temporal, Kafka, PG, API, Metrics, Payout, Notify int
 }{17233, 19092, 55532, 18080, 18190, 18090, 18091}
 
-// Replica counts of the production shape: what deploy/k8s and compose's
-// scaled example run (a test ties them).
+// Replicas are the application's processes of the production shape.
+type Replicas struct{ APIs, Workers int }
+
+// Replica counts of the production shape by default, and of deploy/k8s
+// (a test ties them); ClusterKafka brokers.
 const (
 	ClusterAPIs      = 2
 	ClusterWorkers   = 2
-	ClusterConsumers = 1
+	ClusterConsumers = 2
 	ClusterKafka     = 3
 )
 
@@ -50,7 +53,7 @@ type Cluster struct {
 // StartCluster starts the stack o describes, then the application's
 // processes: self (this binary) with the commands api, worker and
 // consumer.
-func StartCluster(ctx context.Context, cfg config.Config, log *slog.Logger, o StackOptions, self string) (*Cluster, error) {
+func StartCluster(ctx context.Context, cfg config.Config, log *slog.Logger, o StackOptions, r Replicas, self string) (*Cluster, error) {
 	dataDir, err := filepath.Abs(o.DataDir)
 	if err != nil {
 		return nil, err
@@ -114,7 +117,7 @@ func StartCluster(ctx context.Context, cfg config.Config, log *slog.Logger, o St
 	}
 	var procs []proc
 	metrics := ClusterPorts.Metrics
-	for i := 1; i <= ClusterWorkers; i++ {
+	for i := 1; i <= r.Workers; i++ {
 		procs = append(procs, proc{fmt.Sprintf("worker-%d", i), []string{"worker"}, []string{fmt.Sprintf("METRICS_ADDR=127.0.0.1:%d", metrics)}})
 		metrics++
 	}
@@ -122,7 +125,7 @@ func StartCluster(ctx context.Context, cfg config.Config, log *slog.Logger, o St
 		procs = append(procs, proc{fmt.Sprintf("consumer-%d", i), []string{"consumer"}, []string{fmt.Sprintf("METRICS_ADDR=127.0.0.1:%d", metrics)}})
 		metrics++
 	}
-	for i := range ClusterAPIs {
+	for i := range r.APIs {
 		addr := fmt.Sprintf("%s:%d", host, apiPort+i)
 		args := []string{"api"}
 		if s.Config.Security.InsecureNoAuth {

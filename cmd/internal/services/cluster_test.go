@@ -1,0 +1,46 @@
+package services
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"go.yaml.in/yaml/v4"
+)
+
+// TestK8sRunsTheMeasuredReplicas: deploy/k8s runs the replica counts of
+// the production shape that docs/performance.md measured (`claimflow dev
+// --shape cluster`), so the figures describe what a user deploys.
+func TestK8sRunsTheMeasuredReplicas(t *testing.T) {
+	for _, tc := range []struct {
+		file, kind string
+		want       int
+	}{
+		{"api-deployment.yaml", "Deployment", ClusterAPIs},
+		{"worker-deployment.yaml", "Deployment", ClusterWorkers},
+		{"worker-hpa.yaml", "HorizontalPodAutoscaler", ClusterWorkers},
+		{"consumer-deployment.yaml", "Deployment", ClusterConsumers},
+	} {
+		b, err := os.ReadFile(filepath.Join("..", "..", "..", "deploy", "k8s", tc.file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var doc struct {
+			Kind string
+			Spec struct {
+				Replicas    *int `yaml:"replicas"`
+				MinReplicas *int `yaml:"minReplicas"`
+			}
+		}
+		if err := yaml.Unmarshal(b, &doc); err != nil {
+			t.Fatalf("%s: %v", tc.file, err)
+		}
+		got := doc.Spec.Replicas
+		if doc.Kind == "HorizontalPodAutoscaler" {
+			got = doc.Spec.MinReplicas
+		}
+		if doc.Kind != tc.kind || got == nil || *got != tc.want {
+			t.Errorf("%s: %s with %v replicas, want a %s with %d", tc.file, doc.Kind, got, tc.kind, tc.want)
+		}
+	}
+}
