@@ -318,9 +318,19 @@ cmd_start() {
 		cat "$SCRIPT_DIR/dynamicconfig.yaml"
 	} >"$RUN_DIR/dynamicconfig.yaml"
 	for node in "${NODES[@]}"; do mkdir -p "$(node_dir "$node")"; write_config "$node"; done
-	# All at once, in any order: the services find each other through the
+	# The frontend first: a node that starts on new databases writes the
+	# cluster metadata, and two doing it at once make one of them exit
+	# ("SaveClusterMetadata encountered version mismatch"). Once it serves,
+	# the others start together; they find each other through the
 	# cluster_membership table, and setup-namespace.sh retries until they do.
-	for node in "${NODES[@]}"; do launch_node "$node"; done
+	launch_node frontend
+	local deadline=$(($(date +%s) + START_TIMEOUT))
+	until port_in_use "$BASE_PORT"; do
+		node_pid frontend >/dev/null || { tail -n 30 "$(node_dir frontend)/server.log" >&2; log "frontend exited during startup"; stop_all; exit 1; }
+		(($(date +%s) < deadline)) || { log "frontend not listening within ${START_TIMEOUT}s"; stop_all; exit 1; }
+		sleep 0.2
+	done
+	for node in "${NODES[@]:1}"; do launch_node "$node"; done
 	if ! wait_frontend; then log "start failed: stopping"; stop_all; exit 1; fi
 	log "frontend healthy after $((SECONDS - t0))s; registering namespace and search attributes"
 	# setup-namespace.sh (compose, k8s) with compose's list of attributes.
