@@ -1,7 +1,9 @@
 package main
 
 import (
+	"fmt"
 	"net"
+	"os"
 	"strconv"
 	"testing"
 
@@ -52,9 +54,33 @@ func TestClusterPortsStayClearOfDev(t *testing.T) {
 	for i := range services.ClusterWorkers + services.ClusterConsumers {
 		add(services.ClusterPorts.Metrics+i, "metrics")
 	}
+	// Outside the kernel's ephemeral range too: a port in it can be taken
+	// by any outgoing connection, and a restart then fails to bind.
+	lo, hi := 32768, 60999
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		_, _ = fmt.Sscan(string(b), &lo, &hi)
+	}
 	for port, what := range cluster {
 		if d, ok := dev[port]; ok {
 			t.Errorf("port %d: the cluster's %s and claimflow dev's %s", port, what, d)
 		}
+		if port >= lo && port <= hi {
+			t.Errorf("the cluster's %s port %d is in the ephemeral range %d–%d", what, port, lo, hi)
+		}
 	}
+}
+
+// TestDevRunsOutsideACheckout: a built claimflow binary runs `claimflow
+// dev` from any directory, with no TEMPORAL_CLI: the Temporal CLI's pins
+// travel in the binary and the CLI comes from the user cache (or is built
+// from those pins).
+func TestDevRunsOutsideACheckout(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts the dev stack")
+	}
+	s := newDevStack(t)
+	s.cwd = t.TempDir()
+	s.start("TEMPORAL_CLI=")
+	s.api.must("POST", "/v1/courses", map[string]any{"id": "outside", "title": "Outside", "capacity": 1}, 201)
+	s.api.must("POST", "/v1/courses/outside/enrollments?wait=confirmed", map[string]any{"student_id": "s1"}, 201)
 }

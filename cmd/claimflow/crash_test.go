@@ -88,6 +88,7 @@ type devStack struct {
 	httpPort, temporalPort, kafkaPort int
 	pgPort, uiPort, notifyPort        int
 	env                               []string // the environment of every start
+	cwd                               string   // the working directory (default: the test's)
 
 	cmd      *exec.Cmd
 	exited   chan struct{}
@@ -131,6 +132,7 @@ func (s *devStack) start(extra ...string) {
 		"--kafka-port", strconv.Itoa(s.kafkaPort), "--pg-port", strconv.Itoa(s.pgPort),
 		"--notify-port", strconv.Itoa(s.notifyPort))
 	cmd.Env = append(append(os.Environ(), s.env...), extra...)
+	cmd.Dir = s.cwd
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		s.t.Fatal(err)

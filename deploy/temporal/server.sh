@@ -25,7 +25,8 @@
 #
 # Environment:
 #   TEMPORAL_NAMESPACE      namespace to register (default: default)
-#   TEMPORAL_HISTORY_SHARDS numHistoryShards; fixed once the database exists (default 8)
+#   TEMPORAL_HISTORY_SHARDS numHistoryShards; fixed once the database exists (default:
+#                           docker-compose.yml's NUM_HISTORY_SHARDS)
 #   TEMPORAL_CLI            temporal CLI (default: PATH, then the claimflow user cache)
 #   TEMPORAL_START_TIMEOUT  seconds to wait for the frontend (default 120)
 set -euo pipefail
@@ -37,7 +38,9 @@ VERSION="$(sed -n 's|^ *image: *temporalio/server:\([0-9][0-9.]*\) *$|\1|p' "$RE
 [[ -n "$VERSION" ]] || { echo "server.sh: no temporalio/server image in docker-compose.yml" >&2; exit 1; }
 BIN_DIR="${XDG_CACHE_HOME:-$HOME/.cache}/claimflow/temporal-server/v$VERSION"
 NODES=(frontend history-1 matching history-2 worker)
-SHARDS="${TEMPORAL_HISTORY_SHARDS:-8}"
+# numHistoryShards: compose's too, unless TEMPORAL_HISTORY_SHARDS says otherwise.
+SHARDS="${TEMPORAL_HISTORY_SHARDS:-$(sed -n 's|^ *NUM_HISTORY_SHARDS: *"\{0,1\}\([0-9]*\)"\{0,1\} *$|\1|p' "$REPO_DIR/docker-compose.yml" | head -n 1)}"
+[[ "$SHARDS" =~ ^[0-9]+$ ]] || { echo "server.sh: no NUM_HISTORY_SHARDS in docker-compose.yml" >&2; exit 1; }
 START_TIMEOUT="${TEMPORAL_START_TIMEOUT:-120}"
 STOP_TIMEOUT=30
 ENV_NAME=production

@@ -1,10 +1,10 @@
 package devstack
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"net"
 	"os"
 	osexec "os/exec"
@@ -440,27 +440,8 @@ func TestTemporalCLIBuild(t *testing.T) {
 	if os.Getenv("DEVSTACK_TEST_BUILD") != "1" {
 		t.Skip("set DEVSTACK_TEST_BUILD=1 to build the temporal CLI from tools/go.mod")
 	}
-	repo, err := findRepoRoot(".")
-	if err != nil {
-		t.Fatal(err)
-	}
-	root := t.TempDir()
-	if err := os.Mkdir(filepath.Join(root, "tools"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range []string{"go.mod", "go.sum"} {
-		b, err := os.ReadFile(filepath.Join(repo, "tools", f))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(root, "tools", f), b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	sub := filepath.Join(root, "some", "subdir")
-	if err := os.MkdirAll(sub, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	// Outside any checkout: the pins travel in the binary.
+	t.Chdir(t.TempDir())
 	// The go command keeps its own caches under GOCACHE/GOMODCACHE, which
 	// default to the user cache too: pin them so that moving the user
 	// cache does not make this a cold build.
@@ -473,14 +454,13 @@ func TestTemporalCLIBuild(t *testing.T) {
 	}
 	cache := t.TempDir()
 	t.Setenv("XDG_CACHE_HOME", cache)
-	t.Chdir(sub)
 	t.Setenv("TEMPORAL_CLI", "")
 
-	want, err := TemporalCLIPath(root)
+	want, err := TemporalCLIPath()
 	if err != nil {
 		t.Fatal(err)
 	}
-	version, err := temporalCLIVersion(filepath.Join(repo, "tools", "go.mod"))
+	version, err := temporalCLIVersion(toolsGoMod)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -522,45 +502,47 @@ func TestTemporalCLIBuild(t *testing.T) {
 	if len(leftovers) > 0 {
 		t.Errorf("temp build outputs left behind: %v", leftovers)
 	}
-	if _, err := os.Stat(filepath.Join(root, "bin")); !errors.Is(err, fs.ErrNotExist) {
-		t.Errorf("the build wrote into the clone's bin/ (stat: %v)", err)
-	}
 
-	// A second clone of the same version finds the cached binary at once.
-	clone2 := t.TempDir()
-	if err := os.CopyFS(filepath.Join(clone2, "tools"), os.DirFS(filepath.Join(root, "tools"))); err != nil {
-		t.Fatal(err)
-	}
-	t.Chdir(clone2)
+	// The next caller, anywhere, finds the cached binary at once.
+	t.Chdir(t.TempDir())
 	began = time.Now()
 	p, err := TemporalCLI(ctx, tWriter{t})
 	if err != nil || p != want {
-		t.Fatalf("second clone: TemporalCLI = %q, %v; want %q", p, err, want)
+		t.Fatalf("second call: TemporalCLI = %q, %v; want %q", p, err, want)
 	}
 	if took := time.Since(began); took > 5*time.Second {
-		t.Errorf("second clone took %s to find the cached CLI", took)
+		t.Errorf("the second call took %s to find the cached CLI", took)
+	}
+}
+
+// TestPinsAreTheToolsModule: the pins the binary carries are tools/go.mod
+// and tools/go.sum, byte for byte (.ci/run builds the CLI from tools/).
+func TestPinsAreTheToolsModule(t *testing.T) {
+	for _, tc := range []struct {
+		file string
+		copy []byte
+	}{{"go.mod", toolsGoMod}, {"go.sum", toolsGoSum}} {
+		b, err := os.ReadFile(filepath.Join("..", "..", "tools", tc.file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(b, tc.copy) {
+			t.Errorf("dev/devstack/tools.%s differs from tools/%s: cp tools/%s dev/devstack/tools.%s", tc.file, tc.file, tc.file, tc.file)
+		}
 	}
 }
 
 func TestTemporalCLIVersionFromGoMod(t *testing.T) {
-	dir := t.TempDir()
 	for _, tc := range []struct{ mod, want string }{
 		{"module x\n\nrequire (\n\tgithub.com/temporalio/cli v1.5.1 // indirect\n\tgithub.com/temporalio/cli/cliext v0.1.0\n)\n", "v1.5.1"},
 		{"module x\nrequire github.com/temporalio/cli v1.9.9\n", "v1.9.9"},
 	} {
-		p := filepath.Join(dir, "go.mod")
-		if err := os.WriteFile(p, []byte(tc.mod), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		got, err := temporalCLIVersion(p)
+		got, err := temporalCLIVersion([]byte(tc.mod))
 		if err != nil || got != tc.want {
 			t.Errorf("temporalCLIVersion(%q) = %q, %v; want %q", tc.mod, got, err, tc.want)
 		}
 	}
-	if err := os.WriteFile(filepath.Join(dir, "go.mod"), []byte("module x\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := temporalCLIVersion(filepath.Join(dir, "go.mod")); err == nil {
+	if _, err := temporalCLIVersion([]byte("module x\n")); err == nil {
 		t.Error("a go.mod without the CLI gave no error")
 	}
 }
@@ -570,10 +552,8 @@ func TestTemporalCLIVersionFromGoMod(t *testing.T) {
 func temporalBinary(t *testing.T) string {
 	t.Helper()
 	if os.Getenv("TEMPORAL_CLI") == "" && testing.Short() {
-		if root, err := findRepoRoot("."); err == nil {
-			if bin, err := TemporalCLIPath(root); err == nil && !isExecutable(bin) {
-				t.Skip("the Temporal CLI is not built yet (" + bin + ") and -short is set")
-			}
+		if bin, err := TemporalCLIPath(); err == nil && !isExecutable(bin) {
+			t.Skip("the Temporal CLI is not built yet (" + bin + ") and -short is set")
 		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)

@@ -71,6 +71,8 @@ type PostgresOptions struct {
 	CacheDir string
 	// Progress receives download progress; default os.Stderr.
 	Progress io.Writer
+	// Settings are server settings (name=value), each passed as -c.
+	Settings []string
 
 	build *pgBuild // tests: a build other than the pinned one
 }
@@ -88,7 +90,8 @@ type Postgres struct {
 	// run was adopted instead of started.
 	Reused bool
 
-	run pgRunner
+	run      pgRunner
+	settings []string
 }
 
 // StartPostgres initializes the cluster if needed, starts it (or adopts one
@@ -141,6 +144,7 @@ func StartPostgres(ctx context.Context, o PostgresOptions) (*Postgres, error) {
 		DataDir:  dataDir,
 		LogFile:  logFile,
 		run:      run,
+		settings: o.Settings,
 	}
 
 	if err := run.prepareDir(ctx, dataDir, 0o700); err != nil {
@@ -387,6 +391,9 @@ func (p *Postgres) start(ctx context.Context) error {
 		return fmt.Errorf("create postgres socket dir: %w", err)
 	}
 	serverOpts := fmt.Sprintf("-p %d -c listen_addresses=127.0.0.1 -k %s", p.Port, shellQuote(sockDir))
+	for _, kv := range p.settings {
+		serverOpts += " -c " + shellQuote(kv)
+	}
 	out, err := p.run.output(ctx, "pg_ctl", "start",
 		"-D", p.DataDir,
 		"-l", p.LogFile,

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"sync"
 	"syscall"
@@ -39,7 +40,9 @@ const restartDelay = time.Second
 
 // Supervise starts argv with env and keeps it running until Stop.
 func Supervise(name string, argv, env []string, logFile, pidFile string, log *slog.Logger) (*Supervised, error) {
-	p := &Supervised{Name: name, LogFile: logFile, PIDFile: pidFile, argv: argv, env: env, log: log, done: make(chan struct{})}
+	// Copies: every restart must run what the first start ran, whatever
+	// the caller does with its slices afterwards.
+	p := &Supervised{Name: name, LogFile: logFile, PIDFile: pidFile, argv: slices.Clone(argv), env: slices.Clone(env), log: log, done: make(chan struct{})}
 	if err := p.start(); err != nil {
 		return nil, err
 	}

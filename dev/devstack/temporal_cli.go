@@ -3,6 +3,7 @@ package devstack
 import (
 	"bytes"
 	"context"
+	_ "embed"
 	"errors"
 	"fmt"
 	"io"
@@ -23,16 +24,27 @@ const (
 	temporalCLIPackage = temporalCLIModule + "/cmd/temporal"
 )
 
+// toolsGoMod and toolsGoSum are tools/go.mod and tools/go.sum, which pin
+// the CLI and every module it is built from, copied into this package so
+// that a built or installed claimflow binary carries its pins and runs
+// `claimflow dev` outside a checkout (TestPinsAreTheToolsModule ties the
+// copies to the originals).
+//
+//go:embed tools.go.mod
+var toolsGoMod []byte
+
+//go:embed tools.go.sum
+var toolsGoSum []byte
+
 // TemporalCLI returns the path to a `temporal` CLI binary, building it on
 // first use. Lookup order: $TEMPORAL_CLI if it names an executable file,
 // then <user cache dir>/claimflow/temporal-cli/<version>/temporal, where
-// <version> is the CLI version pinned in <repo>/tools/go.mod (the repo root is
-// the first directory above the working directory that contains
-// tools/go.mod); otherwise it builds that binary from <repo>/tools. The cache
-// is per user, not per clone: a cold build is slow and memory-hungry
-// (docs/performance.md, First start), and every clone of the same version
-// reuses it. Progress goes to
-// progress (which may be nil).
+// <version> is the CLI version pinned in tools/go.mod; otherwise it builds
+// that binary from the pins this binary carries, with the go toolchain. The
+// cache is per user, not per clone: a cold build is slow and memory-hungry
+// (docs/performance.md, First start), and every clone and installed binary
+// of the same version reuses it. Progress goes to progress (which may be
+// nil).
 func TemporalCLI(ctx context.Context, progress io.Writer) (string, error) {
 	if progress == nil {
 		progress = io.Discard
@@ -43,16 +55,7 @@ func TemporalCLI(ctx context.Context, progress io.Writer) (string, error) {
 		}
 		slog.WarnContext(ctx, "TEMPORAL_CLI is not an executable file; falling back to the user cache", "TEMPORAL_CLI", p)
 	}
-
-	wd, err := os.Getwd()
-	if err != nil {
-		return "", fmt.Errorf("locate the repo root: %w", err)
-	}
-	root, err := findRepoRoot(wd)
-	if err != nil {
-		return "", err
-	}
-	bin, err := TemporalCLIPath(root)
+	bin, err := TemporalCLIPath()
 	if err != nil {
 		return "", err
 	}
@@ -74,17 +77,17 @@ func TemporalCLI(ctx context.Context, progress io.Writer) (string, error) {
 	if isExecutable(bin) { // built by whoever held the lock before us
 		return bin, nil
 	}
-	if err := buildTemporalCLI(ctx, root, bin, progress); err != nil {
+	if err := buildTemporalCLI(ctx, bin, progress); err != nil {
 		return "", err
 	}
 	return bin, nil
 }
 
-// TemporalCLIPath is where TemporalCLI keeps the CLI built from root's
-// tools/go.mod: <user cache dir>/claimflow/temporal-cli/<version>/temporal.
-// .ci/run builds to the same place.
-func TemporalCLIPath(root string) (string, error) {
-	version, err := temporalCLIVersion(filepath.Join(root, "tools", "go.mod"))
+// TemporalCLIPath is where TemporalCLI keeps the pinned CLI:
+// <user cache dir>/claimflow/temporal-cli/<version>/temporal. .ci/run builds
+// to the same place.
+func TemporalCLIPath() (string, error) {
+	version, err := temporalCLIVersion(toolsGoMod)
 	if err != nil {
 		return "", err
 	}
@@ -95,16 +98,12 @@ func TemporalCLIPath(root string) (string, error) {
 	return filepath.Join(cache, "claimflow", "temporal-cli", version, "temporal"), nil
 }
 
-// temporalCLIVersion reads the version of the CLI module required by
-// tools/go.mod, which keys the cache: a version bump builds anew.
-func temporalCLIVersion(goMod string) (string, error) {
-	b, err := os.ReadFile(goMod)
-	if err != nil {
-		return "", fmt.Errorf("read the pinned Temporal CLI version: %w", err)
-	}
+// temporalCLIVersion reads the version of the CLI module a go.mod
+// requires, which keys the cache: a version bump builds anew.
+func temporalCLIVersion(goMod []byte) (string, error) {
 	// A line scan is enough for `require` lines in either block or single
 	// form, and spares a dependency on a go.mod parser.
-	for line := range strings.Lines(string(b)) {
+	for line := range strings.Lines(string(goMod)) {
 		f := strings.Fields(line)
 		if len(f) > 0 && f[0] == "require" {
 			f = f[1:]
@@ -113,7 +112,7 @@ func temporalCLIVersion(goMod string) (string, error) {
 			return f[1], nil
 		}
 	}
-	return "", fmt.Errorf("%s requires no %s: cannot tell which Temporal CLI version to build", goMod, temporalCLIModule)
+	return "", fmt.Errorf("tools/go.mod requires no %s: cannot tell which Temporal CLI version to build", temporalCLIModule)
 }
 
 // findRepoRoot walks up from dir to the first directory holding tools/go.mod.
@@ -173,10 +172,21 @@ func lockFile(ctx context.Context, path string, progress io.Writer, what string)
 	}
 }
 
-func buildTemporalCLI(ctx context.Context, root, bin string, progress io.Writer) error {
+func buildTemporalCLI(ctx context.Context, bin string, progress io.Writer) error {
 	goBin, err := exec.LookPath("go")
 	if err != nil {
 		return fmt.Errorf("the Temporal CLI is not built and the go toolchain is not on PATH to build it: install Go or set TEMPORAL_CLI: %w", err)
+	}
+	// The pinned module, written out: the build needs no checkout.
+	mod, err := os.MkdirTemp("", "claimflow-temporal-cli-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(mod)
+	for name, b := range map[string][]byte{"go.mod": toolsGoMod, "go.sum": toolsGoSum} {
+		if err := os.WriteFile(filepath.Join(mod, name), b, 0o644); err != nil {
+			return err
+		}
 	}
 	// Build next to the target and rename, so an interrupted build never
 	// leaves a truncated binary that later runs would trust.
@@ -184,7 +194,7 @@ func buildTemporalCLI(ctx context.Context, root, bin string, progress io.Writer)
 	defer os.Remove(tmp)
 
 	cmd := exec.CommandContext(ctx, goBin, "build", "-o", tmp, temporalCLIPackage)
-	cmd.Dir = filepath.Join(root, "tools")
+	cmd.Dir = mod
 	var out bytes.Buffer
 	cmd.Stdout = &out
 	cmd.Stderr = &out
@@ -215,8 +225,8 @@ func buildTemporalCLI(ctx context.Context, root, bin string, progress io.Writer)
 		if ctx.Err() != nil {
 			return fmt.Errorf("building the Temporal CLI was interrupted: %w", ctx.Err())
 		}
-		return fmt.Errorf("build the Temporal CLI (cd %s && go build -o %s %s): %w\n%s",
-			cmd.Dir, bin, temporalCLIPackage, err, trimOutput(out.Bytes()))
+		return fmt.Errorf("build the Temporal CLI (go build -o %s %s, in a module of tools/go.mod and go.sum): %w\n%s",
+			bin, temporalCLIPackage, err, trimOutput(out.Bytes()))
 	}
 	if err := os.Rename(tmp, bin); err != nil {
 		return fmt.Errorf("move the built Temporal CLI into place: %w", err)

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -23,7 +24,11 @@ import (
 // one above), the workers' and the consumer's /metrics, and the simulators.
 var ClusterPorts = struct {
 	Temporal, Kafka, PG, API, Metrics, Payout, Notify int
-}{17233, 19092, 55532, 18080, 18190, 18090, 18091}
+}{17233, 19092, 15532, 18080, 18190, 18090, 18091}
+
+// ClusterPGSettings are those of compose's postgres service: Temporal's
+// five processes and the application's share it (a test ties them).
+var ClusterPGSettings = []string{"max_connections=300"}
 
 // Replicas are the application's processes of the production shape.
 type Replicas struct{ APIs, Workers int }
@@ -65,6 +70,7 @@ func StartCluster(ctx context.Context, cfg config.Config, log *slog.Logger, o St
 		return nil, fmt.Errorf("--shape cluster starts on a new data dir, and %s holds an earlier cluster: remove it or choose another --data-dir", dataDir)
 	}
 	o.TemporalCluster, o.KafkaNodes, o.NoMigrate, o.Headless = true, ClusterKafka, true, true
+	o.PGSettings = append(o.PGSettings, ClusterPGSettings...)
 	o.NoAPI, o.NoWorker, o.NoConsumer = true, true, true
 	s, err := StartStack(ctx, cfg, log, o)
 	if err != nil {
@@ -100,7 +106,7 @@ func StartCluster(ctx context.Context, cfg config.Config, log *slog.Logger, o St
 
 	fmt.Fprintln(o.Progress, "running claimflow migrate as the schema owner...")
 	migrate := exec.CommandContext(ctx, self, "migrate")
-	migrate.Env = append(env, "MIGRATE_DATABASE_URL="+s.Config.MigrateDatabaseURL)
+	migrate.Env = slices.Concat(env, []string{"MIGRATE_DATABASE_URL=" + s.Config.MigrateDatabaseURL})
 	if out, err := migrate.CombinedOutput(); err != nil {
 		return c, fmt.Errorf("claimflow migrate: %w\n%s", err, out)
 	}
@@ -135,7 +141,7 @@ func StartCluster(ctx context.Context, cfg config.Config, log *slog.Logger, o St
 		c.APIs = append(c.APIs, "http://"+addr)
 	}
 	for _, p := range procs {
-		sp, err := devstack.Supervise(p.name, append([]string{self}, p.args...), append(env, p.env...),
+		sp, err := devstack.Supervise(p.name, append([]string{self}, p.args...), slices.Concat(env, p.env),
 			filepath.Join(logs, p.name+".log"), filepath.Join(run, p.name+".pid"), log)
 		if err != nil {
 			return c, err

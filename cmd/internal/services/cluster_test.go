@@ -3,6 +3,7 @@ package services
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"go.yaml.in/yaml/v4"
@@ -42,5 +43,32 @@ func TestK8sRunsTheMeasuredReplicas(t *testing.T) {
 		if doc.Kind != tc.kind || got == nil || *got != tc.want {
 			t.Errorf("%s: %s with %v replicas, want a %s with %d", tc.file, doc.Kind, got, tc.kind, tc.want)
 		}
+	}
+}
+
+// TestClusterPostgresIsComposes: the production shape's PostgreSQL runs
+// with the settings of compose's postgres service.
+func TestClusterPostgresIsComposes(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "..", "..", "docker-compose.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var compose struct {
+		Services map[string]struct {
+			Command []string `yaml:"command"`
+		} `yaml:"services"`
+	}
+	if err := yaml.Unmarshal(b, &compose); err != nil {
+		t.Fatal(err)
+	}
+	var settings []string
+	cmd := compose.Services["postgres"].Command
+	for i := 0; i+1 < len(cmd); i++ {
+		if cmd[i] == "-c" {
+			settings = append(settings, cmd[i+1])
+		}
+	}
+	if !slices.Equal(settings, ClusterPGSettings) {
+		t.Errorf("compose's postgres runs with %v, the production shape with %v", settings, ClusterPGSettings)
 	}
 }

@@ -47,6 +47,8 @@ type StackOptions struct {
 	// KafkaNodes, when above zero, runs Apache Kafka with that many brokers
 	// from KafkaPort (deploy/kafka/kafka.sh) instead of kfake.
 	KafkaNodes int
+	// PGSettings are settings of the private PostgreSQL (name=value).
+	PGSettings []string
 	// NoMigrate leaves `claimflow migrate` to a process of its own.
 	NoMigrate bool
 	// Headless skips the Temporal Web UI (tests).
@@ -181,6 +183,7 @@ func StartStack(ctx context.Context, base config.Config, log *slog.Logger, o Sta
 			// k8s, so every test on this stack proves its grants suffice.
 			OwnerRole:   config.DefaultOwnerRole,
 			RuntimeRole: s.Config.RuntimeRole,
+			Settings:    o.PGSettings,
 		})
 		if err != nil {
 			return s, err
