@@ -174,9 +174,9 @@ func (c *clusterUnderTest) client(t *testing.T, i int) *apiClient {
 	}}
 }
 
-// stack is what the stack helpers need of it: the addresses.
+// stack is what the stack helpers need of it: the addresses and a pool.
 func (c *clusterUnderTest) stack() *stack {
-	s := &stack{}
+	s := &stack{Pool: c.pool}
 	s.Config.KafkaBrokers = strings.Split(c.env["KAFKA_BROKERS"], ",")
 	s.Config.TemporalAddress = c.env["TEMPORAL_ADDRESS"]
 	return s
@@ -460,7 +460,7 @@ func clusterWalkthrough(t *testing.T, c *clusterUnderTest) {
 	if bal := b.must("GET", "/v1/vendors/"+vendor, nil, http.StatusOK)["balance_cents"]; bal != float64(250) {
 		t.Errorf("vendor balance %v, want 250", bal)
 	}
-	if n := queryCluster(t, c, `SELECT count(*) FROM payouts WHERE vendor_id = $1`, vendor); n != 1 {
+	if n := queryInt(t, c.stack(), `SELECT count(*) FROM payouts WHERE vendor_id = $1`, vendor); n != 1 {
 		t.Errorf("%d payouts recorded, want 1", n)
 	}
 
@@ -502,15 +502,6 @@ func clusterWalkthrough(t *testing.T, c *clusterUnderTest) {
 		t.Errorf("claimflow replay: %v\n%s", err, out)
 	}
 	t.Logf("claimflow replay:\n%s", tail(out, 10))
-}
-
-func queryCluster(t *testing.T, c *clusterUnderTest, sql string, args ...any) int {
-	t.Helper()
-	var n int
-	if err := c.pool.QueryRow(context.Background(), sql, args...).Scan(&n); err != nil {
-		t.Fatalf("%s: %v", sql, err)
-	}
-	return n
 }
 
 // benchBinary builds claimflow-bench once.
@@ -591,14 +582,14 @@ func clusterFault(t *testing.T, c *clusterUnderTest, name string, inject func(t 
 	}
 	au := r.Audit
 	courses := r.RunID + "-c%"
-	deadLettered := queryCluster(t, c, `SELECT count(*) FROM enrollments WHERE course_id LIKE $1 AND status = 'dead_lettered'`, courses)
-	delayed := queryCluster(t, c, `SELECT count(*) FROM enrollments WHERE course_id LIKE $1 AND requested_at < $2 AND confirmed_at > $2::timestamptz + interval '1 second'`, courses, killed)
+	deadLettered := queryInt(t, c.stack(), `SELECT count(*) FROM enrollments WHERE course_id LIKE $1 AND status = 'dead_lettered'`, courses)
+	delayed := queryInt(t, c.stack(), `SELECT count(*) FROM enrollments WHERE course_id LIKE $1 AND requested_at < $2 AND confirmed_at > $2::timestamptz + interval '1 second'`, courses, killed)
 	f := r.Failures
 	cut := f.Server + f.Timeout + f.Conn + f.Other
 	t.Logf("%s fault: accepted %d, confirmed %d, lost %d, duplicate %d, oversold %d, dead-lettered %d, redelivered events %d; "+
-		"in flight at the fault and delayed by it over 1 s: %d; requests it cut: %d (5xx %d, timeout %d, connection %d, other %d); unanswered claims in the database: %d",
+		"in flight at the fault and delayed by it over 1 s: %d; requests it cut: %d (5xx %d, timeout %d, connection %d, other %d); unanswered claims in the database: %d; answers by status %v",
 		name, au.Accepted, au.Confirmed, au.Lost, au.DuplicateEvents, au.OversoldCourses, deadLettered, au.Redelivered,
-		delayed, cut, f.Server, f.Timeout, f.Conn, f.Other, au.UnansweredInDB)
+		delayed, cut, f.Server, f.Timeout, f.Conn, f.Other, au.UnansweredInDB, r.Status)
 	if !au.OK() || au.Lost != 0 || au.DuplicateEvents != 0 || au.OversoldCourses != 0 || au.MissingEvents != 0 || au.UnexpectedEvents != 0 {
 		t.Errorf("audit: %+v", au)
 	}

@@ -65,24 +65,9 @@ type TemporalClusterOptions struct {
 // and starts frontend, matching, worker and two history processes on
 // PostgreSQL. Value is the frontend's address.
 func StartTemporalCluster(ctx context.Context, o TemporalClusterOptions) (*ScriptCluster, error) {
-	script, err := RepoScript("deploy/temporal/server.sh")
-	if err != nil {
-		return nil, err
-	}
-	c := &ScriptCluster{Script: script, Dir: o.Dir, LogFile: o.LogFile}
-	progress(o.Progress, "building the Temporal server once, if not cached (deploy/temporal/server.sh fetch)...")
-	if _, err := c.run(ctx, "fetch"); err != nil {
-		return nil, err
-	}
-	progress(o.Progress, "starting the Temporal server: 5 processes on PostgreSQL (deploy/temporal/server.sh start)...")
-	out, err := c.run(ctx, "start", "--dir", o.Dir, "--pg-url", o.PGURL, "--base-port", strconv.Itoa(o.BasePort))
-	if err != nil {
-		return nil, err
-	}
-	if c.Value, err = lastAssignment(out, "TEMPORAL_ADDRESS"); err != nil {
-		return nil, err
-	}
-	return c, nil
+	return startScript(ctx, "deploy/temporal/server.sh", o.Dir, o.LogFile, o.Progress,
+		"the Temporal server: 5 processes on PostgreSQL", "TEMPORAL_ADDRESS",
+		"--dir", o.Dir, "--pg-url", o.PGURL, "--base-port", strconv.Itoa(o.BasePort))
 }
 
 // KafkaClusterOptions configures StartKafkaCluster.
@@ -97,21 +82,29 @@ type KafkaClusterOptions struct {
 // StartKafkaCluster fetches Apache Kafka once (kafka.sh fetch) and starts
 // a fresh cluster of o.Nodes brokers. Value is the bootstrap list.
 func StartKafkaCluster(ctx context.Context, o KafkaClusterOptions) (*ScriptCluster, error) {
-	script, err := RepoScript("deploy/kafka/kafka.sh")
+	return startScript(ctx, "deploy/kafka/kafka.sh", o.Dir, o.LogFile, o.Progress,
+		fmt.Sprintf("Apache Kafka: %d brokers", o.Nodes), "KAFKA_BROKERS",
+		"--nodes", strconv.Itoa(o.Nodes), "--base-port", strconv.Itoa(o.BasePort), "--dir", o.Dir)
+}
+
+// startScript runs rel's fetch (a no-op once cached), then its start with
+// args, and reads the start's last NAME=value line.
+func startScript(ctx context.Context, rel, dir, logFile string, w io.Writer, what, name string, args ...string) (*ScriptCluster, error) {
+	script, err := RepoScript(rel)
 	if err != nil {
 		return nil, err
 	}
-	c := &ScriptCluster{Script: script, Dir: o.Dir, LogFile: o.LogFile}
-	progress(o.Progress, "fetching Apache Kafka once, if not cached (deploy/kafka/kafka.sh fetch)...")
+	c := &ScriptCluster{Script: script, Dir: dir, LogFile: logFile}
+	progress(w, fmt.Sprintf("fetching %s once, if not cached (%s fetch)...", what, rel))
 	if _, err := c.run(ctx, "fetch"); err != nil {
 		return nil, err
 	}
-	progress(o.Progress, fmt.Sprintf("starting Apache Kafka: %d brokers (deploy/kafka/kafka.sh start)...", o.Nodes))
-	out, err := c.run(ctx, "start", "--nodes", strconv.Itoa(o.Nodes), "--base-port", strconv.Itoa(o.BasePort), "--dir", o.Dir)
+	progress(w, fmt.Sprintf("starting %s (%s start)...", what, rel))
+	out, err := c.run(ctx, append([]string{"start"}, args...)...)
 	if err != nil {
 		return nil, err
 	}
-	if c.Value, err = lastAssignment(out, "KAFKA_BROKERS"); err != nil {
+	if c.Value, err = lastAssignment(out, name); err != nil {
 		return nil, err
 	}
 	return c, nil
