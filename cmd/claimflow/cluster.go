@@ -19,7 +19,7 @@ func clusterDefaults(fs *flag.FlagSet, o *services.StackOptions) {
 		port int
 	}{
 		{"temporal-port", &o.TemporalPort, p.Temporal}, {"kafka-port", &o.KafkaPort, p.Kafka}, {"pg-port", &o.PGPort, p.PG},
-		{"payout-port", &o.PayoutPort, p.Payout}, {"notify-port", &o.NotifyPort, p.Notify},
+		{"payout-port", &o.PayoutPort, p.Payout}, {"notify-port", &o.NotifyPort, p.Notify}, {"metrics-port", &o.MetricsPort, p.Metrics},
 	} {
 		if !set[d.flag] {
 			*d.v = d.port

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"flag"
 	"fmt"
 	"net"
 	"os"
@@ -11,11 +12,19 @@ import (
 	appconfig "github.com/claimflow/claimflow/internal/config"
 )
 
+// clusterOptions are the options `claimflow dev --shape cluster` starts
+// with when no port flag is given.
+func clusterOptions(t *testing.T) services.StackOptions {
+	t.Helper()
+	fs := flag.NewFlagSet("dev", flag.ContinueOnError)
+	var o services.StackOptions
+	clusterDefaults(fs, &o)
+	return o
+}
+
 // TestClusterPortsStayClearOfDev: `claimflow dev --shape cluster` runs
 // beside `claimflow dev` on one machine, so no port of one is a port of the
-// other, with every port each derives from its bases (deploy/temporal/
-// server.sh: base+0..4 gRPC, +10 HTTP, +100..104 membership, +200..204
-// metrics; deploy/kafka/kafka.sh: base+N clients, base+100+N controllers).
+// other, with every port each derives from its bases.
 func TestClusterPortsStayClearOfDev(t *testing.T) {
 	dev := map[int]string{
 		devPorts.API: "api", devPorts.Temporal: "temporal", devPorts.UI: "ui", devPorts.Kafka: "kafka", devPorts.PG: "postgres",
@@ -31,28 +40,9 @@ func TestClusterPortsStayClearOfDev(t *testing.T) {
 	}
 	metrics, _ := strconv.Atoi(p)
 	dev[metrics] = "worker metrics"
-	cluster := map[int]string{services.ClusterPorts.PG: "postgres", services.ClusterPorts.Payout: "payoutsim", services.ClusterPorts.Notify: "notifysim"}
-	add := func(port int, what string) {
-		if other, ok := cluster[port]; ok {
-			t.Errorf("cluster port %d is both %s and %s", port, other, what)
-		}
-		cluster[port] = what
-	}
-	for i := range 5 {
-		add(services.ClusterPorts.Temporal+i, "temporal gRPC")
-		add(services.ClusterPorts.Temporal+100+i, "temporal membership")
-		add(services.ClusterPorts.Temporal+200+i, "temporal metrics")
-	}
-	add(services.ClusterPorts.Temporal+10, "temporal HTTP")
-	for i := range services.ClusterKafka {
-		add(services.ClusterPorts.Kafka+i, "kafka")
-		add(services.ClusterPorts.Kafka+100+i, "kafka controller")
-	}
-	for i := range services.ClusterAPIs {
-		add(services.ClusterPorts.API+i, "api")
-	}
-	for i := range services.ClusterWorkers + services.ClusterConsumers {
-		add(services.ClusterPorts.Metrics+i, "metrics")
+	ports, err := services.ClusterPortList(clusterOptions(t), services.Replicas{APIs: services.ClusterAPIs, Workers: services.ClusterWorkers})
+	if err != nil {
+		t.Fatal(err)
 	}
 	// Outside the kernel's ephemeral range too: a port in it can be taken
 	// by any outgoing connection, and a restart then fails to bind.
@@ -60,13 +50,21 @@ func TestClusterPortsStayClearOfDev(t *testing.T) {
 	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
 		_, _ = fmt.Sscan(string(b), &lo, &hi)
 	}
-	for port, what := range cluster {
-		if d, ok := dev[port]; ok {
-			t.Errorf("port %d: the cluster's %s and claimflow dev's %s", port, what, d)
+	cluster := map[int]string{}
+	for _, p := range ports {
+		if other, ok := cluster[p.Port]; ok {
+			t.Errorf("cluster port %d is both %s and %s", p.Port, other, p.What)
 		}
-		if port >= lo && port <= hi {
-			t.Errorf("the cluster's %s port %d is in the ephemeral range %d–%d", what, port, lo, hi)
+		cluster[p.Port] = p.What
+		if d, ok := dev[p.Port]; ok {
+			t.Errorf("port %d: the cluster's %s and claimflow dev's %s", p.Port, p.What, d)
 		}
+		if p.Port >= lo && p.Port <= hi {
+			t.Errorf("the cluster's %s port %d is in the ephemeral range %d–%d", p.What, p.Port, lo, hi)
+		}
+	}
+	if want := 3 + 1 + 5*3 + 2*services.ClusterKafka + services.ClusterAPIs + services.ClusterWorkers + services.ClusterConsumers; len(ports) != want {
+		t.Errorf("%d ports listed, want %d", len(ports), want)
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -50,7 +51,7 @@ type clusterUnderTest struct {
 func startClusterUnderTest(t *testing.T) *clusterUnderTest {
 	t.Helper()
 	dir := dataDir(t)
-	cmd := exec.Command(claimflowBinary(t), "dev", "--shape", "cluster", "--data-dir", dir)
+	cmd := exec.Command(claimflowBinary(t), append([]string{"dev", "--shape", "cluster", "--data-dir", dir}, freeClusterPorts(t)...)...)
 	cmd.Dir = "../.."
 	logPath := filepath.Join(dir, "cluster.log")
 	logFile, err := os.Create(logPath)
@@ -85,8 +86,7 @@ func startClusterUnderTest(t *testing.T) *clusterUnderTest {
 			t.Errorf("claimflow dev --shape cluster did not stop within 3 minutes")
 		}
 		if t.Failed() {
-			b, _ := os.ReadFile(logPath)
-			t.Logf("claimflow dev --shape cluster, its stderr:\n%s", tail(b, 60))
+			logStackFiles(t, dir)
 		}
 		if !cmd.ProcessState.Success() {
 			t.Errorf("claimflow dev --shape cluster stopped with %v", cmd.ProcessState)
@@ -98,8 +98,7 @@ func startClusterUnderTest(t *testing.T) *clusterUnderTest {
 		select {
 		case line, ok := <-lines:
 			if !ok {
-				b, _ := os.ReadFile(logPath)
-				t.Fatalf("claimflow dev --shape cluster exited before it was ready:\n%s", tail(b, 60))
+				t.Fatal("claimflow dev --shape cluster exited before it was ready; its logs follow")
 			}
 			if strings.Contains(line, "CLAIMFLOW_API_URLS=") {
 				last = line
@@ -180,6 +179,70 @@ func (c *clusterUnderTest) stack() *stack {
 	s.Config.KafkaBrokers = strings.Split(c.env["KAFKA_BROKERS"], ",")
 	s.Config.TemporalAddress = c.env["TEMPORAL_ADDRESS"]
 	return s
+}
+
+// freeClusterPorts is no flags when every default port of the production
+// shape is free. Otherwise it logs who holds them and moves every base by
+// the first multiple of 1,000 whose ports are all free: a machine may run
+// something on the defaults, and the test is about the shape, not them.
+func freeClusterPorts(t *testing.T) []string {
+	t.Helper()
+	r := services.Replicas{APIs: services.ClusterAPIs, Workers: services.ClusterWorkers}
+	for shift := 0; shift <= 4000; shift += 1000 {
+		o := clusterOptions(t)
+		for _, p := range []*int{&o.TemporalPort, &o.KafkaPort, &o.PGPort, &o.PayoutPort, &o.NotifyPort, &o.MetricsPort} {
+			*p += shift
+		}
+		api := services.ClusterPorts.API + shift
+		o.HTTPAddr = fmt.Sprintf("127.0.0.1:%d", api)
+		ports, err := services.ClusterPortList(o, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var busy []string
+		for _, p := range ports {
+			if l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p.Port)); err != nil {
+				out, _ := exec.Command("ss", "-ltnpH", fmt.Sprintf("sport = :%d", p.Port)).CombinedOutput()
+				busy = append(busy, fmt.Sprintf("%d (%s): %s", p.Port, p.What, strings.TrimSpace(string(out))))
+			} else {
+				_ = l.Close()
+			}
+		}
+		if len(busy) == 0 {
+			if shift == 0 {
+				return nil
+			}
+			return []string{"--temporal-port", strconv.Itoa(o.TemporalPort), "--kafka-port", strconv.Itoa(o.KafkaPort),
+				"--pg-port", strconv.Itoa(o.PGPort), "--payout-port", strconv.Itoa(o.PayoutPort), "--notify-port", strconv.Itoa(o.NotifyPort),
+				"--metrics-port", strconv.Itoa(o.MetricsPort), "--http-addr", o.HTTPAddr}
+		}
+		t.Logf("ports in use with the bases moved by %d, so moving them further:\n  %s", shift, strings.Join(busy, "\n  "))
+	}
+	t.Fatal("no set of the production shape's ports is free")
+	return nil
+}
+
+// logStackFiles logs the tails of the stack's own logs, one test line per
+// log line and each cut short: CI keeps a test's last lines at 400
+// characters each, and an error that quotes a log in one line loses it.
+func logStackFiles(t *testing.T, dir string) {
+	t.Helper()
+	files := []string{filepath.Join(dir, "cluster.log"), filepath.Join(dir, "logs", "temporal-cluster.log"),
+		filepath.Join(dir, "temporal-cluster", "schema.log"), filepath.Join(dir, "logs", "kafka-cluster.log")}
+	nodes, _ := filepath.Glob(filepath.Join(dir, "temporal-cluster", "nodes", "*", "server.log"))
+	for _, f := range append(files, nodes...) {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		t.Logf("--- last lines of %s", f)
+		for line := range strings.SplitSeq(tail(b, 40), "\n") {
+			if len(line) > 300 {
+				line = line[:300] + "…"
+			}
+			t.Log("  " + line)
+		}
+	}
 }
 
 // cmdEnv is the environment of a claimflow command against the cluster.

@@ -37,6 +37,7 @@ func runDev(ctx context.Context, cfg appconfig.Config, log *slog.Logger, args []
 	var r services.Replicas
 	fs.IntVar(&r.APIs, "apis", services.ClusterAPIs, "with --shape cluster: API processes (ports from --http-addr up)")
 	fs.IntVar(&r.Workers, "workers", services.ClusterWorkers, "with --shape cluster: worker processes")
+	fs.IntVar(&o.MetricsPort, "metrics-port", services.ClusterPorts.Metrics, "with --shape cluster: the first worker's /metrics port (the other workers and the consumers follow)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

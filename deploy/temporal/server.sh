@@ -135,6 +135,32 @@ node_pid() {
 
 port_in_use() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
+# port_holder PORT: who listens there, when ss can tell.
+port_holder() {
+	command -v ss >/dev/null || return 0
+	ss -ltnpH "sport = :$1" 2>/dev/null | sed -n 's/.*users:(\(.*\))$/ (held by \1)/p' | head -n 1
+}
+
+# node_ports NODE: every port the node binds (gRPC, membership, metrics,
+# and the frontend's HTTP API).
+node_ports() {
+	local i
+	i="$(node_index "$1")"
+	echo $((BASE_PORT + i)) $((BASE_PORT + 100 + i)) $((BASE_PORT + 200 + i))
+	[[ $1 == frontend ]] && echo $((BASE_PORT + 10))
+	return 0
+}
+
+check_ports() { # check_ports NODE...
+	local node p
+	for node in "$@"; do
+		for p in $(node_ports "$node"); do
+			port_in_use "$p" && die "$node: port 127.0.0.1:$p is already in use$(port_holder "$p") (move the cluster with --base-port)"
+		done
+	done
+	return 0
+}
+
 sql_tool() { # sql_tool DB ARGS...: connection passed by the env vars the tool reads
 	local db="$1"; shift
 	SQL_PLUGIN=postgres12 SQL_HOST="$PG_HOST" SQL_PORT="$PG_PORT" SQL_USER="$PG_USER" \
@@ -224,9 +250,7 @@ launch_node() { # launch_node NODE: starts the process in the background
 	i="$(node_index "$node")"
 	dir="$(node_dir "$node")"
 	if pid="$(node_pid "$node")"; then die "$node is already running (pid $pid)"; fi
-	for p in $((BASE_PORT + i)) $((BASE_PORT + 100 + i)); do
-		port_in_use "$p" && die "port 127.0.0.1:$p is already in use"
-	done
+	check_ports "$node"
 	service="${node%%-*}"
 	nohup "$BIN_DIR/temporal-server" --root "$RUN_DIR" --config "$(node_config "$node")" --env "$ENV_NAME" \
 		--allow-no-auth start --service "$service" >>"$dir/server.log" 2>&1 </dev/null &
@@ -309,6 +333,9 @@ cmd_start() {
 	for node in "${NODES[@]}"; do
 		if pid="$(node_pid "$node")"; then die "a cluster is already running in $RUN_DIR ($node, pid $pid): run '$0 stop --dir $RUN_DIR' first"; fi
 	done
+	# Every node's ports before anything starts: a busy one found halfway
+	# would leave the nodes before it running.
+	check_ports "${NODES[@]}"
 	rm -rf "$RUN_DIR/nodes" "$RUN_DIR/schema.log"
 	# The PostgreSQL connection is in the node configs; cluster.env keeps the
 	# layout for the other subcommands.
@@ -326,15 +353,17 @@ cmd_start() {
 	# ("SaveClusterMetadata encountered version mismatch"). Once it serves,
 	# the others start together; they find each other through the
 	# cluster_membership table, and setup-namespace.sh retries until they do.
+	# From the first launch on, a failed start stops what it launched.
+	trap 'rc=$?; if ((rc)); then log "start failed: stopping"; stop_all; fi' EXIT
 	launch_node frontend
 	local deadline=$(($(date +%s) + START_TIMEOUT))
 	until port_in_use "$BASE_PORT"; do
-		node_pid frontend >/dev/null || { tail -n 30 "$(node_dir frontend)/server.log" >&2; log "frontend exited during startup"; stop_all; exit 1; }
-		(($(date +%s) < deadline)) || { log "frontend not listening within ${START_TIMEOUT}s"; stop_all; exit 1; }
+		node_pid frontend >/dev/null || { tail -n 30 "$(node_dir frontend)/server.log" >&2; die "frontend exited during startup"; }
+		(($(date +%s) < deadline)) || die "frontend not listening within ${START_TIMEOUT}s"
 		sleep 0.2
 	done
 	for node in "${NODES[@]:1}"; do launch_node "$node"; done
-	if ! wait_frontend; then log "start failed: stopping"; stop_all; exit 1; fi
+	wait_frontend || exit 1
 	log "frontend healthy after $((SECONDS - t0))s; registering namespace and search attributes"
 	# setup-namespace.sh (compose, k8s) with compose's list of attributes.
 	local attrs retention
@@ -344,7 +373,7 @@ cmd_start() {
 	ln -sf "$CLI" "$RUN_DIR/bin/temporal"
 	if ! PATH="$RUN_DIR/bin:$PATH" TEMPORAL_ADDRESS="$(frontend_addr)" NAMESPACE="${TEMPORAL_NAMESPACE:-default}" \
 		RETENTION="${retention:-72h}" SEARCH_ATTRIBUTES="$attrs" sh "$SCRIPT_DIR/setup-namespace.sh" >&2; then
-		log "namespace setup failed: stopping"; stop_all; exit 1
+		die "namespace setup failed"
 	fi
 	# The forced refresh of the search-attribute cache served the
 	# registration just done; under load it costs a database read per

@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -25,6 +27,65 @@ import (
 var ClusterPorts = struct {
 	Temporal, Kafka, PG, API, Metrics, Payout, Notify int
 }{17233, 19092, 15532, 18080, 18190, 18090, 18091}
+
+// ClusterPort is one port the production shape binds, and the `claimflow
+// dev` flag that moves it.
+type ClusterPort struct {
+	Port       int
+	What, Flag string
+}
+
+// ClusterPortList is every port the production shape binds with o and r,
+// with the ports each script derives from its base (deploy/temporal/
+// server.sh: base+0..4 gRPC, +10 HTTP, +100..104 membership, +200..204
+// metrics; deploy/kafka/kafka.sh: base+N clients, base+100+N controllers).
+func ClusterPortList(o StackOptions, r Replicas) ([]ClusterPort, error) {
+	_, p, err := net.SplitHostPort(o.HTTPAddr)
+	if err != nil {
+		return nil, fmt.Errorf("--http-addr %q: %w", o.HTTPAddr, err)
+	}
+	api, err := strconv.Atoi(p)
+	if err != nil {
+		return nil, fmt.Errorf("--http-addr %q: %w", o.HTTPAddr, err)
+	}
+	ports := []ClusterPort{{o.PGPort, "postgres", "--pg-port"}, {o.PayoutPort, "payoutsim", "--payout-port"},
+		{o.NotifyPort, "notifysim", "--notify-port"}, {o.TemporalPort + 10, "temporal HTTP", "--temporal-port"}}
+	for i := range 5 {
+		ports = append(ports, ClusterPort{o.TemporalPort + i, "temporal gRPC", "--temporal-port"},
+			ClusterPort{o.TemporalPort + 100 + i, "temporal membership", "--temporal-port"},
+			ClusterPort{o.TemporalPort + 200 + i, "temporal metrics", "--temporal-port"})
+	}
+	for i := range ClusterKafka {
+		ports = append(ports, ClusterPort{o.KafkaPort + i, "kafka", "--kafka-port"},
+			ClusterPort{o.KafkaPort + 100 + i, "kafka controller", "--kafka-port"})
+	}
+	for i := range r.APIs {
+		ports = append(ports, ClusterPort{api + i, "api", "--http-addr"})
+	}
+	for i := range r.Workers + ClusterConsumers {
+		ports = append(ports, ClusterPort{o.MetricsPort + i, "worker and consumer metrics", "--metrics-port"})
+	}
+	return ports, nil
+}
+
+// checkPortsFree refuses, in one error, the ports someone else listens on:
+// found halfway through the start, one would stop it with half a cluster
+// up.
+func checkPortsFree(ports []ClusterPort) error {
+	var busy []string
+	for _, p := range ports {
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p.Port))
+		if err != nil {
+			busy = append(busy, fmt.Sprintf("%d (%s; move it with %s)", p.Port, p.What, p.Flag))
+			continue
+		}
+		_ = l.Close()
+	}
+	if len(busy) > 0 {
+		return fmt.Errorf("ports already in use: %s", strings.Join(busy, ", "))
+	}
+	return nil
+}
 
 // ClusterPGSettings are those of compose's postgres service: Temporal's
 // five processes and the application's share it (a test ties them).
@@ -68,6 +129,13 @@ func StartCluster(ctx context.Context, cfg config.Config, log *slog.Logger, o St
 	// whose events are gone.
 	if _, err := os.Stat(filepath.Join(dataDir, "kafka-cluster")); err == nil {
 		return nil, fmt.Errorf("--shape cluster starts on a new data dir, and %s holds an earlier cluster: remove it or choose another --data-dir", dataDir)
+	}
+	ports, err := ClusterPortList(o, r)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkPortsFree(ports); err != nil {
+		return nil, err
 	}
 	o.TemporalCluster, o.KafkaNodes, o.NoMigrate, o.Headless = true, ClusterKafka, true, true
 	o.PGSettings = append(o.PGSettings, ClusterPGSettings...)
@@ -122,7 +190,7 @@ func StartCluster(ctx context.Context, cfg config.Config, log *slog.Logger, o St
 		env  []string
 	}
 	var procs []proc
-	metrics := ClusterPorts.Metrics
+	metrics := o.MetricsPort
 	for i := 1; i <= r.Workers; i++ {
 		procs = append(procs, proc{fmt.Sprintf("worker-%d", i), []string{"worker"}, []string{fmt.Sprintf("METRICS_ADDR=127.0.0.1:%d", metrics)}})
 		metrics++

@@ -47,6 +47,9 @@ type StackOptions struct {
 	// KafkaNodes, when above zero, runs Apache Kafka with that many brokers
 	// from KafkaPort (deploy/kafka/kafka.sh) instead of kfake.
 	KafkaNodes int
+	// MetricsPort, with the cluster shape, is the first worker's /metrics
+	// port; the other workers and the consumers follow it.
+	MetricsPort int
 	// PGSettings are settings of the private PostgreSQL (name=value).
 	PGSettings []string
 	// NoMigrate leaves `claimflow migrate` to a process of its own.
