@@ -16,6 +16,7 @@ import (
 	"github.com/claimflow/claimflow/dev/audit"
 	"github.com/claimflow/claimflow/internal/config"
 	"github.com/claimflow/claimflow/internal/kafka"
+	"github.com/claimflow/claimflow/internal/temporalconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -50,6 +51,8 @@ type benchEnv struct {
 	// RecoveryBound is the longest a reservation may have no run to
 	// finish it (RECOVERY_AFTER, RECOVERY_EVERY).
 	RecoveryBound time.Duration
+	// cfg is the whole configuration, for the connections' security.
+	cfg config.Config
 }
 
 // loadEnv reads the bench's settings through claimflow's own configuration
@@ -78,23 +81,18 @@ func loadEnv() (benchEnv, error) {
 
 		MigrateDatabaseURL: cfg.MigrateDatabaseURL,
 		RecoveryBound:      cfg.RecoveryBound(),
+		cfg:                cfg,
 	}, nil
 }
 
 func (e benchEnv) kafkaConfig(clientID string) kafka.Config {
-	return kafka.Config{Brokers: e.KafkaBrokers, Version: e.KafkaVersion, ClientID: clientID}
+	return kafka.Config{Brokers: e.KafkaBrokers, Version: e.KafkaVersion, ClientID: clientID, TLS: e.cfg.KafkaTLS, SASL: e.cfg.KafkaSASL}
 }
 
 func dialTemporal(ctx context.Context, e benchEnv, log *slog.Logger) (client.Client, error) {
-	c, err := client.DialContext(ctx, client.Options{
-		HostPort:  e.TemporalAddress,
-		Namespace: e.Namespace,
-		Logger:    temporallog.NewStructuredLogger(log.With("component", "temporal-sdk")),
-	})
-	if err != nil {
-		return nil, fmt.Errorf("connect to Temporal at %s: %w", e.TemporalAddress, err)
-	}
-	return c, nil
+	cfg := e.cfg
+	cfg.TemporalAddress, cfg.Namespace = e.TemporalAddress, e.Namespace
+	return temporalconn.Dial(ctx, cfg, client.Options{Logger: temporallog.NewStructuredLogger(log.With("component", "temporal-sdk"))})
 }
 
 // mintAdminToken signs an admin token for the local stack with JWT_SECRET or

@@ -7,6 +7,7 @@
 #   deploy/temporal/server.sh fetch                 # build temporal-server + temporal-sql-tool
 #   deploy/temporal/server.sh start --dir DIR (--pg-url URL | --pg-host H --pg-port P
 #                                   --pg-user U [--pg-password PW]) [--base-port 17233]
+#                                   [--tls TLSDIR]
 #   deploy/temporal/server.sh stop --dir DIR
 #   deploy/temporal/server.sh kill-node NODE --dir DIR     # kill -9, for fault tests
 #   deploy/temporal/server.sh start-node NODE --dir DIR    # restart a stopped node
@@ -22,6 +23,14 @@
 # setup-namespace.sh (the compose/k8s setup script), and prints as its last line
 #
 #   TEMPORAL_ADDRESS=127.0.0.1:17233
+#
+# --tls TLSDIR requires mutual TLS on every gRPC port, frontend and internode:
+# TLSDIR holds ca.pem, and node.pem with node-key.pem, a certificate that CA
+# signed for 127.0.0.1 and localhost, usable for server and client auth (the
+# nodes present it to each other and the system worker to the frontend).
+# Clients need a certificate of that CA; the last lines printed then add the
+# TEMPORAL_TLS_* variables of the Temporal CLI and claimflow, with node.pem
+# as the client certificate.
 #
 # Environment:
 #   TEMPORAL_NAMESPACE      namespace to register (default: default)
@@ -48,6 +57,7 @@ ENV_NAME=production
 RUN_DIR="$SCRIPT_DIR/run"
 BASE_PORT=17233
 PG_HOST=127.0.0.1 PG_PORT=5432 PG_USER=postgres PG_PASSWORD=""
+TLS_DIR=""
 
 log() { echo "server.sh: $*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -79,6 +89,7 @@ parse_opts() {
 		--pg-port) PG_PORT="${2:?}"; shift 2 ;;
 		--pg-user) PG_USER="${2:?}"; shift 2 ;;
 		--pg-password) PG_PASSWORD="${2?}"; shift 2 ;;
+		--tls) TLS_DIR="$(cd "${2:?--tls needs a directory}" && pwd)"; shift 2 ;;
 		-h | --help) usage ;;
 		-*) die "unknown option $1" ;;
 		*) POSITIONAL+=("$1"); shift ;;
@@ -114,6 +125,33 @@ node_dir() { echo "$RUN_DIR/nodes/$1"; }
 # would share services.history.rpc ports.
 node_config() { echo "nodes/$1/config"; }
 frontend_addr() { echo "127.0.0.1:$BASE_PORT"; }
+
+# tls_env: the variables the Temporal CLI (and claimflow) read to reach a
+# --tls cluster, one NAME=value per line; nothing without --tls.
+tls_env() {
+	[[ -n "$TLS_DIR" ]] || return 0
+	printf '%s\n' "TEMPORAL_TLS_SERVER_CA_CERT_PATH=$TLS_DIR/ca.pem" "TEMPORAL_TLS_CLIENT_CERT_PATH=$TLS_DIR/node.pem" \
+		"TEMPORAL_TLS_CLIENT_KEY_PATH=$TLS_DIR/node-key.pem" "TEMPORAL_TLS_SERVER_NAME=localhost"
+}
+
+# cli ARGS...: the Temporal CLI against this cluster, with its TLS settings.
+cli() {
+	local -a env=()
+	mapfile -t env < <(tls_env)
+	env "${env[@]}" "$CLI" "$@"
+}
+
+# tls_config: the global.tls section of a node's config under --tls.
+tls_config() {
+	[[ -n "$TLS_DIR" ]] || return 0
+	local server client
+	server="{certFile: \"$TLS_DIR/node.pem\", keyFile: \"$TLS_DIR/node-key.pem\", requireClientAuth: true, clientCaFiles: [\"$TLS_DIR/ca.pem\"]}"
+	client="{serverName: localhost, rootCaFiles: [\"$TLS_DIR/ca.pem\"]}"
+	printf '  tls:\n'
+	printf '    internode: {server: %s, client: %s}\n' "$server" "$client"
+	printf '    frontend: {server: %s, client: %s}\n' "$server" "$client"
+	printf '    systemWorker: {certFile: "%s", keyFile: "%s", client: %s}\n' "$TLS_DIR/node.pem" "$TLS_DIR/node-key.pem" "$client"
+}
 
 load_state() {
 	[[ -f "$RUN_DIR/cluster.env" ]] || die "no cluster in $RUN_DIR (run '$0 start' first)"
@@ -214,6 +252,7 @@ write_config() { # write_config NODE
 		datastore postgres-default temporal 20
 		datastore postgres-visibility temporal_visibility 5
 		printf '\nglobal:\n  membership:\n    maxJoinDuration: 30s\n    broadcastAddress: 127.0.0.1\n'
+		tls_config
 		printf '  metrics:\n    prometheus:\n      framework: tally\n      timerType: histogram\n'
 		printf '      listenAddress: "127.0.0.1:%d"\n\nservices:\n' $((BASE_PORT + 200 + i))
 		service_rpc frontend frontend
@@ -260,7 +299,7 @@ launch_node() { # launch_node NODE: starts the process in the background
 
 wait_frontend() {
 	local deadline=$(($(date +%s) + START_TIMEOUT)) node
-	until "$CLI" operator cluster health --address "$(frontend_addr)" >/dev/null 2>&1; do
+	until cli operator cluster health --address "$(frontend_addr)" >/dev/null 2>&1; do
 		for node in "${NODES[@]}"; do
 			node_pid "$node" >/dev/null || { tail -n 30 "$(node_dir "$node")/server.log" >&2; log "$node exited during startup"; return 1; }
 		done
@@ -339,7 +378,11 @@ cmd_start() {
 	rm -rf "$RUN_DIR/nodes" "$RUN_DIR/schema.log"
 	# The PostgreSQL connection is in the node configs; cluster.env keeps the
 	# layout for the other subcommands.
-	printf 'BASE_PORT=%q\nSHARDS=%q\n' "$BASE_PORT" "$SHARDS" >"$RUN_DIR/cluster.env"
+	if [[ -n "$TLS_DIR" ]]; then
+		local f
+		for f in ca.pem node.pem node-key.pem; do [[ -r "$TLS_DIR/$f" ]] || die "--tls $TLS_DIR has no readable $f"; done
+	fi
+	printf 'BASE_PORT=%q\nSHARDS=%q\nTLS_DIR=%q\n' "$BASE_PORT" "$SHARDS" "$TLS_DIR" >"$RUN_DIR/cluster.env"
 	setup_databases
 	# The repo's dynamic config (the one compose mounts) is the base; per
 	# stack overrides go in a file after it, so that there is one list.
@@ -371,7 +414,9 @@ cmd_start() {
 	retention="$(sed -n 's/^ *RETENTION: *//p' "$REPO_DIR/docker-compose.yml" | head -n 1)"
 	mkdir -p "$RUN_DIR/bin"
 	ln -sf "$CLI" "$RUN_DIR/bin/temporal"
-	if ! PATH="$RUN_DIR/bin:$PATH" TEMPORAL_ADDRESS="$(frontend_addr)" NAMESPACE="${TEMPORAL_NAMESPACE:-default}" \
+	local -a tlsvars=()
+	mapfile -t tlsvars < <(tls_env)
+	if ! env "${tlsvars[@]}" PATH="$RUN_DIR/bin:$PATH" TEMPORAL_ADDRESS="$(frontend_addr)" NAMESPACE="${TEMPORAL_NAMESPACE:-default}" \
 		RETENTION="${retention:-72h}" SEARCH_ATTRIBUTES="$attrs" sh "$SCRIPT_DIR/setup-namespace.sh" >&2; then
 		die "namespace setup failed"
 	fi
@@ -381,6 +426,7 @@ cmd_start() {
 	# every pollInterval, so it is off from here on.
 	sed -i '/^system.forceSearchAttributesCacheRefreshOnRead:/,/^[^ ]/s/value: true/value: false/' "$RUN_DIR/dynamicconfig.yaml"
 	log "Temporal $VERSION up in $((SECONDS - t0))s: ${#NODES[@]} processes, $SHARDS history shards"
+	tls_env
 	echo "TEMPORAL_ADDRESS=$(frontend_addr)"
 }
 

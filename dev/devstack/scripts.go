@@ -57,6 +57,9 @@ type TemporalClusterOptions struct {
 	// BasePort is the frontend's gRPC port; the other ports follow it
 	// (deploy/temporal/server.sh).
 	BasePort int
+	// TLSDir, when set, makes every gRPC port require mutual TLS with the
+	// CA and node certificate there (server.sh --tls).
+	TLSDir   string
 	LogFile  string
 	Progress io.Writer
 }
@@ -65,9 +68,12 @@ type TemporalClusterOptions struct {
 // and starts frontend, matching, worker and two history processes on
 // PostgreSQL. Value is the frontend's address.
 func StartTemporalCluster(ctx context.Context, o TemporalClusterOptions) (*ScriptCluster, error) {
+	args := []string{"--dir", o.Dir, "--pg-url", o.PGURL, "--base-port", strconv.Itoa(o.BasePort)}
+	if o.TLSDir != "" {
+		args = append(args, "--tls", o.TLSDir)
+	}
 	return startScript(ctx, "deploy/temporal/server.sh", o.Dir, o.LogFile, o.Progress,
-		"the Temporal server: 5 processes on PostgreSQL", "TEMPORAL_ADDRESS",
-		"--dir", o.Dir, "--pg-url", o.PGURL, "--base-port", strconv.Itoa(o.BasePort))
+		"the Temporal server: 5 processes on PostgreSQL", "TEMPORAL_ADDRESS", args...)
 }
 
 // KafkaClusterOptions configures StartKafkaCluster.

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/claimflow/claimflow/internal/kafka"
+	"github.com/claimflow/claimflow/internal/tlsfiles"
 )
 
 // Defaults that other packages fall back to when a caller leaves an option
@@ -115,8 +116,23 @@ var variables = []variable{
 	{"TEMPORAL_UI_URL", "http://127.0.0.1:8233", "Temporal Web UI, linked from API answers (" + NoUI + ": no links)"},
 	{"TEMPORAL_CLI", "", "temporal binary the dev stack runs (read by dev/devstack)"},
 	{"TEMPORAL_GRPC_COMPRESSION", TemporalCompressionGzip, "gzip or none: compression of the services' calls to Temporal (claimflow dev, on loopback, uses none)"},
+	{"TEMPORAL_TLS", "", "true or false: TLS to Temporal (unset: on when any TEMPORAL_TLS_* path, the server name or TEMPORAL_API_KEY is set)"},
+	{"TEMPORAL_TLS_SERVER_CA_CERT_PATH", "", "PEM file of the CA that signs Temporal's certificate (unset: the system's roots)"},
+	{"TEMPORAL_TLS_CLIENT_CERT_PATH", "", "PEM client certificate for mTLS to Temporal; re-read when the file changes"},
+	{"TEMPORAL_TLS_CLIENT_KEY_PATH", "", "PEM key of TEMPORAL_TLS_CLIENT_CERT_PATH; re-read when the file changes"},
+	{"TEMPORAL_TLS_SERVER_NAME", "", "name Temporal's certificate must carry (unset: TEMPORAL_ADDRESS's host)"},
+	{"TEMPORAL_API_KEY", "", "API key for Temporal Cloud (needs TLS)"},
 	{"KAFKA_BROKERS", "127.0.0.1:9092", "comma-separated Kafka bootstrap brokers"},
 	{"KAFKA_VERSION", "", "Kafka protocol version (empty: the client's default)"},
+	{"KAFKA_TLS", "", "true or false: TLS to Kafka (unset: on when any KAFKA_TLS_* path or the server name is set)"},
+	{"KAFKA_TLS_CA_PATH", "", "PEM file of the CA that signs the brokers' certificates (unset: the system's roots)"},
+	{"KAFKA_TLS_CERT_PATH", "", "PEM client certificate for mTLS to Kafka; re-read when the file changes"},
+	{"KAFKA_TLS_KEY_PATH", "", "PEM key of KAFKA_TLS_CERT_PATH; re-read when the file changes"},
+	{"KAFKA_TLS_SERVER_NAME", "", "name the brokers' certificates must carry (unset: each broker's host)"},
+	{"KAFKA_SASL_MECHANISM", "", "PLAIN (needs KAFKA_TLS), SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER (unset: no SASL)"},
+	{"KAFKA_SASL_USERNAME", "", "SASL user (PLAIN, SCRAM-*)"},
+	{"KAFKA_SASL_PASSWORD", "", "SASL password (PLAIN, SCRAM-*)"},
+	{"KAFKA_SASL_OAUTHBEARER_TOKEN_PATH", "", "file holding the current OAUTHBEARER token, read at every authentication"},
 	{"HTTP_ADDR", "127.0.0.1:8080", "API listen address"},
 	{"INTERNAL_HTTP_ADDR", "", "address of /metrics, /healthz, the detailed /readyz and /debug/pprof/ (empty: all but the profiles on HTTP_ADDR)"},
 	{"REQUEST_TIMEOUT", DefaultRequestTimeout, "bound of a request's own work; routes waiting for a decision get that wait on top"},
@@ -197,9 +213,16 @@ type Config struct {
 	TemporalUIURL   string
 	// TemporalCompression is gzip or none (TEMPORAL_GRPC_COMPRESSION).
 	TemporalCompression string
-	KafkaBrokers        []string
-	KafkaVersion        string
-	HTTPAddr            string
+	// TemporalTLS and TemporalAPIKey secure the connection to Temporal
+	// (connections.go).
+	TemporalTLS    tlsfiles.Files
+	TemporalAPIKey string
+	KafkaBrokers   []string
+	KafkaVersion   string
+	// KafkaTLS and KafkaSASL secure the connections to Kafka.
+	KafkaTLS  tlsfiles.Files
+	KafkaSASL kafka.SASL
+	HTTPAddr  string
 	// InternalHTTPAddr, when set, serves /metrics, /healthz and the
 	// detailed /readyz apart from the public HTTPAddr.
 	InternalHTTPAddr string
@@ -308,6 +331,9 @@ func load(lookup func(string) (string, bool)) (Config, error) {
 	}
 	_ = e.get("TEMPORAL_CLI") // read by dev/devstack; listed here so deployments may set it
 	if err := loadDatabase(e, &c); err != nil {
+		return c, err
+	}
+	if err := loadConnections(e, &c); err != nil {
 		return c, err
 	}
 	if c.TemporalCompression != TemporalCompressionGzip && c.TemporalCompression != TemporalCompressionNone {

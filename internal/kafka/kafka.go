@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
+	"github.com/claimflow/claimflow/internal/tlsfiles"
 	"github.com/claimflow/claimflow/workflows"
 )
 
@@ -21,6 +22,28 @@ type Config struct {
 	Version string
 	// ClientID names this process in broker logs.
 	ClientID string
+	// TLS and SASL secure the connections (KAFKA_TLS*, KAFKA_SASL_*).
+	TLS  tlsfiles.Files
+	SASL SASL
+}
+
+// SASL mechanisms claimflow speaks (KAFKA_SASL_MECHANISM).
+const (
+	SASLPlain       = "PLAIN"
+	SASLScram256    = "SCRAM-SHA-256"
+	SASLScram512    = "SCRAM-SHA-512"
+	SASLOAuthBearer = "OAUTHBEARER"
+)
+
+// SASL is how a client authenticates to the brokers; a zero Mechanism
+// means none.
+type SASL struct {
+	Mechanism      string
+	User, Password string
+	// TokenFile holds the current OAUTHBEARER token (KAFKA_SASL_OAUTHBEARER_
+	// TOKEN_PATH); Tokens, when set, is used instead: plug in any source.
+	TokenFile string
+	Tokens    sarama.AccessTokenProvider
 }
 
 // NewProducer returns a producer whose SendMessage returns only once every

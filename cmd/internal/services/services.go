@@ -27,12 +27,13 @@ import (
 	"github.com/claimflow/claimflow/internal/config"
 	"github.com/claimflow/claimflow/internal/kafka"
 	"github.com/claimflow/claimflow/internal/store"
+	"github.com/claimflow/claimflow/internal/temporalconn"
 	"github.com/claimflow/claimflow/worker"
 )
 
 // KafkaConfig is the Kafka client configuration of cfg for clientID.
 func KafkaConfig(cfg config.Config, clientID string) kafka.Config {
-	return kafka.Config{Brokers: cfg.KafkaBrokers, Version: cfg.KafkaVersion, ClientID: clientID}
+	return kafka.Config{Brokers: cfg.KafkaBrokers, Version: cfg.KafkaVersion, ClientID: clientID, TLS: cfg.KafkaTLS, SASL: cfg.KafkaSASL}
 }
 
 // OpenDB opens a pool of at most maxConns connections to cfg.DatabaseURL
@@ -53,9 +54,7 @@ func DialTemporal(ctx context.Context, cfg config.Config, log *slog.Logger, tel 
 	if tel != nil {
 		retries = tel.ClosingRetries
 	}
-	c, err := client.DialContext(ctx, client.Options{
-		HostPort:  cfg.TemporalAddress,
-		Namespace: cfg.Namespace,
+	return temporalconn.Dial(ctx, cfg, client.Options{
 		ConnectionOptions: client.ConnectionOptions{
 			GrpcCompression: compression,
 			// Appended to the SDK's interceptors, so innermost: it sees
@@ -66,10 +65,6 @@ func DialTemporal(ctx context.Context, cfg config.Config, log *slog.Logger, tel 
 		// nil telemetry (one-shot tools such as replay) records nothing.
 		MetricsHandler: metricsHandler(tel),
 	})
-	if err != nil {
-		return nil, fmt.Errorf("connect to Temporal at %s: %w", cfg.TemporalAddress, err)
-	}
-	return c, nil
 }
 
 // APIService is a running HTTP API.
