@@ -35,6 +35,10 @@ type WorkflowStarter interface {
 // Config wires a Consumer.
 type Config struct {
 	Kafka kafka.Config
+	// EventKey verifies each record's signature (kafka.Verify): a record
+	// without a valid one is counted, logged and skipped, never notified.
+	// Required.
+	EventKey []byte
 	// Group is the consumer group; its committed offsets are the consumer's
 	// progress.
 	Group  string
@@ -86,10 +90,12 @@ type Stats struct {
 	HandedOff int64
 	// Batches made durable and marked for commit.
 	Batches int64
+	// Rejected records: unsigned or badly signed, so not acted on.
+	Rejected int64
 }
 
 type consumerCounters struct {
-	records, delivered, skipped, handedOff, batches atomic.Int64
+	records, delivered, skipped, handedOff, batches, rejected atomic.Int64
 }
 
 // New connects to Kafka; Run consumes.
@@ -99,6 +105,9 @@ func New(cfg Config) (*Consumer, error) {
 	}
 	if cfg.Sink == nil || cfg.Sink.DB == nil || cfg.Temporal == nil {
 		return nil, errors.New("consumer needs a sink with a database and a Temporal client")
+	}
+	if len(cfg.EventKey) == 0 {
+		return nil, errors.New("consumer needs the event signing key (EVENT_SIGNING_KEY)")
 	}
 	if cfg.MaxBatch <= 0 {
 		cfg.MaxBatch = config.DefaultConsumerBatch
@@ -164,6 +173,7 @@ func (c *Consumer) Stats() Stats {
 		Skipped:   c.stats.skipped.Load(),
 		HandedOff: c.stats.handedOff.Load(),
 		Batches:   c.stats.batches.Load(),
+		Rejected:  c.stats.rejected.Load(),
 	}
 }
 
@@ -400,6 +410,15 @@ func (c *Consumer) apply(s sarama.ConsumerGroupSession, batch []*sarama.Consumer
 	events := make([]workflows.ConsumedEvent, 0, len(batch))
 	seen := make(map[string]bool, len(batch))
 	for _, m := range batch {
+		if err := kafka.Verify(c.cfg.EventKey, m); err != nil {
+			// Anyone who can write to the topic could have written it:
+			// nothing it says is acted on.
+			c.stats.rejected.Add(1)
+			c.cfg.Metrics.observeRejected(m.Topic, err)
+			c.log.Warn("record refused: not signed by a worker", "topic", m.Topic, "partition", m.Partition,
+				"offset", m.Offset, "error", err)
+			continue
+		}
 		ev := kafka.ParseEvent(m)
 		if seen[ev.EventID] {
 			c.stats.skipped.Add(1)

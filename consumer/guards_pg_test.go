@@ -103,9 +103,16 @@ func eventRecord(topic string, offset int64, eventID, student string) *sarama.Co
 		"event_id": eventID, "type": workflows.EventEnrollmentConfirmed, "occurred_at": time.Now(),
 		"data": map[string]any{"student_id": student},
 	})
+	pm := &sarama.ProducerMessage{Topic: topic, Key: sarama.ByteEncoder(student), Value: sarama.ByteEncoder(v)}
+	if err := kafka.Sign(testEventKey, pm); err != nil {
+		panic(err)
+	}
 	return &sarama.ConsumerMessage{Topic: topic, Partition: 0, Offset: offset, Key: []byte(student), Value: v,
-		Headers: []*sarama.RecordHeader{{Key: []byte("event_id"), Value: []byte(eventID)}}}
+		Headers: []*sarama.RecordHeader{{Key: []byte("event_id"), Value: []byte(eventID)}, &pm.Headers[0]}}
 }
+
+// testEventKey signs the records of these tests, as a worker would.
+var testEventKey = []byte("the workers' key in these tests, 32+ bytes")
 
 // notificationsOf counts the notifications rows of each event.
 func notificationsOf(t *testing.T, db *pgxpool.Pool, ids []string) map[string]int {
@@ -142,7 +149,7 @@ func assertOneRowEach(t *testing.T, db *pgxpool.Pool, ids []string) {
 
 func testConsumer(t *testing.T, db *pgxpool.Pool, webhook string) *Consumer {
 	log := slog.New(slog.NewTextHandler(pgtest.LogWriter{T: t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	return newConsumer(Config{Sink: &Sink{DB: db, WebhookURL: webhook}, Temporal: noHandOff{t}, Log: log,
+	return newConsumer(Config{EventKey: testEventKey, Sink: &Sink{DB: db, WebhookURL: webhook}, Temporal: noHandOff{t}, Log: log,
 		MaxBatch: config.DefaultConsumerBatch, DrainTimeout: time.Second}, nil, nil)
 }
 

@@ -1,7 +1,10 @@
 package consumer
 
 import (
+	"errors"
 	"strconv"
+
+	"github.com/claimflow/claimflow/internal/kafka"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -11,6 +14,7 @@ import (
 type Metrics struct {
 	consumerLag *prometheus.GaugeVec
 	consumed    *prometheus.CounterVec
+	rejected    *prometheus.CounterVec
 }
 
 // NewMetrics registers the consumer metrics on reg.
@@ -24,8 +28,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "claimflow_consumer_records_total",
 			Help: "Records the consumer made durable (delivered, skipped as done, or handed to a DeliverEvent run).",
 		}, []string{"topic"}),
+		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "claimflow_consumer_rejected_records_total",
+			Help: "Records refused because no worker signed them (reason: unsigned or bad_signature); none is acted on.",
+		}, []string{"topic", "reason"}),
 	}
-	reg.MustRegister(m.consumerLag, m.consumed)
+	reg.MustRegister(m.consumerLag, m.consumed, m.rejected)
 	return m
 }
 
@@ -35,4 +43,15 @@ func (m *Metrics) observeConsumed(topic string, partition int32, lag int64, reco
 	}
 	m.consumerLag.WithLabelValues(topic, strconv.Itoa(int(partition))).Set(float64(max(lag, 0)))
 	m.consumed.WithLabelValues(topic).Add(float64(records))
+}
+
+func (m *Metrics) observeRejected(topic string, err error) {
+	if m == nil {
+		return
+	}
+	reason := "bad_signature"
+	if errors.Is(err, kafka.ErrUnsigned) {
+		reason = "unsigned"
+	}
+	m.rejected.WithLabelValues(topic, reason).Inc()
 }

@@ -71,11 +71,12 @@ func testEvents(prefix string, n, keys int) []workflows.Message {
 // them: key, JSON envelope, event_id and type headers.
 func produce(t *testing.T, s *stack, topic string, events []workflows.Message) {
 	t.Helper()
-	p, err := kafka.NewProducer(services.KafkaConfig(s.Config, "claimflow-test-producer"))
+	unsigned, err := kafka.NewProducer(services.KafkaConfig(s.Config, "claimflow-test-producer"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer p.Close()
+	defer unsigned.Close()
+	p := kafka.SigningProducer{SyncProducer: unsigned, Key: []byte(s.Config.EventSigningKey)}
 	for chunk := range slices.Chunk(events, 1000) {
 		msgs := make([]*sarama.ProducerMessage, len(chunk))
 		for i, m := range chunk {
@@ -143,6 +144,7 @@ func startConsumerProcess(t *testing.T, s *stack, bin, topic, group string, batc
 		"CONSUMER_TOPICS=" + topic,
 		"CONSUMER_GROUP=" + group,
 		"CONSUMER_BATCH=" + strconv.Itoa(batch),
+		"EVENT_SIGNING_KEY=" + s.Config.EventSigningKey,
 		"LOG_FORMAT=text", "LOG_LEVEL=info",
 	}
 	cmd.Stdout, cmd.Stderr = logFile, logFile
@@ -720,5 +722,79 @@ func TestConsumerNotifiesEnrollments(t *testing.T) {
 	}
 	if ev, ok := s.Notify.Event(eventID); !ok || !ev.Delivered || ev.Attempts != 1 {
 		t.Fatalf("webhook saw %+v (%v)", ev, ok)
+	}
+}
+
+// TestConsumerRefusesForgedEvents: whoever can write to the event topics
+// (anyone on the pod network without Kafka ACLs) cannot make the consumer
+// notify anybody. A record without the workers' signature, or signed with
+// another key, is counted and logged and no notification is written, while
+// the genuine event beside them is delivered.
+func TestConsumerRefusesForgedEvents(t *testing.T) {
+	if testing.Short() {
+		t.Skip("integration tests start the real stack; skipped with -short")
+	}
+	s := testStack(t, dataDir(t))
+	c := newAPIClient(t, s)
+	c.must("POST", "/v1/courses", map[string]any{"id": "forge101", "title": "Forged", "capacity": 5}, http.StatusCreated)
+	e := c.must("POST", "/v1/courses/forge101/enrollments?wait=confirmed", map[string]any{"student_id": "alice"}, http.StatusCreated)
+	genuine := workflows.EventID(e["id"].(string), workflows.EventEnrollmentConfirmed)
+	before := s.Consumer.Consumer.Stats().Rejected
+
+	p, err := kafka.NewProducer(services.KafkaConfig(s.Config, "mallory"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	forge := func(id string) *sarama.ProducerMessage {
+		b, err := json.Marshal(workflows.Event{ID: id, Type: workflows.EventEnrollmentConfirmed, OccurredAt: time.Now().UTC(),
+			Data: map[string]any{"enrollment_id": "forged", "course_id": "forge101", "student_id": "mallory"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &sarama.ProducerMessage{Topic: workflows.EnrollmentTopic, Key: sarama.StringEncoder("forge101"), Value: sarama.ByteEncoder(b),
+			Headers: []sarama.RecordHeader{{Key: []byte("event_id"), Value: []byte(id)}, {Key: []byte("type"), Value: []byte(workflows.EventEnrollmentConfirmed)}}}
+	}
+	unsigned := forge("forged-unsigned/enrollment.confirmed")
+	wrongKey := forge("forged-wrong-key/enrollment.confirmed")
+	if err := kafka.Sign([]byte("not the workers' key, though just as long"), wrongKey); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.SendMessages([]*sarama.ProducerMessage{unsigned, wrongKey}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "the consumer to refuse both forged records", func() bool {
+		return s.Consumer.Consumer.Stats().Rejected-before == 2
+	})
+	waitFor(t, 30*time.Second, "the genuine event's notification", func() bool {
+		var n int
+		_ = s.Pool.QueryRow(context.Background(), `SELECT count(*) FROM notifications WHERE event_id = $1`, genuine).Scan(&n)
+		return n == 1
+	})
+	var notified []string
+	rows, err := s.Pool.Query(context.Background(), `SELECT event_id FROM notifications WHERE event_id = ANY($1) OR recipient = 'mallory'`,
+		[]string{"forged-unsigned/enrollment.confirmed", "forged-wrong-key/enrollment.confirmed", genuine})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		notified = append(notified, id)
+	}
+	if rows.Err() != nil {
+		t.Fatal(rows.Err())
+	}
+	if !slices.Equal(notified, []string{genuine}) {
+		t.Fatalf("notifications %v, want the genuine %s alone", notified, genuine)
+	}
+	body := metricsText(t, c)
+	for _, reason := range []string{"unsigned", "bad_signature"} {
+		want := fmt.Sprintf(`claimflow_consumer_rejected_records_total{reason=%q,topic=%q} 1`, reason, workflows.EnrollmentTopic)
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
 	}
 }

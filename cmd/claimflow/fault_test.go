@@ -109,6 +109,7 @@ func startWorkerProcess(t *testing.T, s *stack) *workerProcess {
 		"KAFKA_BROKERS="+strings.Join(s.Config.KafkaBrokers, ","),
 		"KAFKA_VERSION="+s.Config.KafkaVersion,
 		"METRICS_ADDR="+metricsAddr,
+		"EVENT_SIGNING_KEY="+s.Config.EventSigningKey,
 		"LOG_LEVEL=warn",
 	)
 	cmd.Stdout, cmd.Stderr = f, f

@@ -65,6 +65,7 @@ func startReplica(t *testing.T, s *stack, name string, args []string, extraEnv .
 		"VENDOR_PAYOUT_URL=" + s.Config.PayoutURL,
 		"NOTIFY_WEBHOOK_URL=" + s.Config.NotifyWebhookURL,
 		"JWT_SECRET=" + s.Config.Security.JWTSecret,
+		"EVENT_SIGNING_KEY=" + s.Config.EventSigningKey,
 		// The dev server accepts larger search attribute values than
 		// Temporal's default; the replicas batch as the in-process API would.
 		"CLAIM_BATCH_ATTR_BYTES=" + strconv.Itoa(services.ClaimBatchAttrBytes),

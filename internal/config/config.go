@@ -156,6 +156,7 @@ var variables = []variable{
 	{"MAX_INFLIGHT_CLAIMS", strconv.Itoa(DefaultMaxInflightClaims), "requests waiting on Temporal at once"},
 	{"VENDOR_PAYOUT_URL", "http://127.0.0.1:8090/payouts", "vendors' payout API"},
 	{"PAYOUT_TIMEOUT", "5s", "bound of one payout call (at most 15s)"},
+	{"EVENT_SIGNING_KEY", "", "key (at least 32 bytes) workers sign events with and consumers verify them with; required by both"},
 	{"CONSUMER_TOPICS", strings.Join(kafka.EventTopicNames(), ","), "topics the consumer reads"},
 	{"CONSUMER_GROUP", "claimflow-notifications", "the consumer's group"},
 	{"CONSUMER_BATCH", strconv.Itoa(DefaultConsumerBatch), "records the consumer applies together (1-10000)"},
@@ -250,6 +251,9 @@ type Config struct {
 	ConsumerTopics []string
 	ConsumerGroup  string
 	ConsumerBatch  int
+	// EventSigningKey signs the events the workers publish and verifies
+	// them in the consumer (events.go).
+	EventSigningKey string
 	// NotifyWebhookURL, when set, receives every notification before it is
 	// recorded (consumer and worker both); empty means the table alone.
 	NotifyWebhookURL string
@@ -334,6 +338,9 @@ func load(lookup func(string) (string, bool)) (Config, error) {
 		return c, err
 	}
 	if err := loadConnections(e, &c); err != nil {
+		return c, err
+	}
+	if err := loadEvents(e, &c); err != nil {
 		return c, err
 	}
 	if c.TemporalCompression != TemporalCompressionGzip && c.TemporalCompression != TemporalCompressionNone {

@@ -29,7 +29,11 @@ type ConsumerService struct {
 
 // StartConsumer consumes cfg.ConsumerTopics as cfg.ConsumerGroup until Stop.
 func StartConsumer(cfg config.Config, log *slog.Logger, pool *pgxpool.Pool, tc client.Client, tel *Telemetry) (*ConsumerService, error) {
+	if err := cfg.RequireEventKey("the consumer"); err != nil {
+		return nil, err
+	}
 	c, err := consumer.New(consumer.Config{
+		EventKey: []byte(cfg.EventSigningKey),
 		Kafka:    KafkaConfig(cfg, "claimflow-consumer"),
 		Group:    cfg.ConsumerGroup,
 		Topics:   cfg.ConsumerTopics,
@@ -64,6 +68,9 @@ func (s *ConsumerService) Stop() error {
 // RunConsumer is the `claimflow consumer` process: it consumes until ctx
 // ends.
 func RunConsumer(ctx context.Context, cfg config.Config, log *slog.Logger, migrate bool) error {
+	if err := cfg.RequireEventKey("claimflow consumer"); err != nil {
+		return err
+	}
 	if migrate {
 		if err := Migrate(ctx, cfg, log); err != nil {
 			return err

@@ -44,6 +44,9 @@ func (s *Stack) OutsideEnv() []Setting {
 	if !c.IsSet("JWT_SECRET") && c.Security.JWTSecret != "" {
 		env = append(env, Setting{Name: "JWT_SECRET", Value: filepath.Join(s.Options.DataDir, config.SecretFile), FromFile: true})
 	}
+	if !c.IsSet("EVENT_SIGNING_KEY") && c.EventSigningKey != "" {
+		env = append(env, Setting{Name: "EVENT_SIGNING_KEY", Value: filepath.Join(s.Options.DataDir, config.EventKeyFile), FromFile: true})
+	}
 	return env
 }
 

@@ -191,10 +191,16 @@ type WorkerService struct {
 
 // StartWorker polls claimflow's task queue until Stop.
 func StartWorker(cfg config.Config, log *slog.Logger, pool *pgxpool.Pool, tc client.Client, tel *Telemetry) (*WorkerService, error) {
-	producer, err := kafka.NewProducer(KafkaConfig(cfg, "claimflow-worker"))
+	if err := cfg.RequireEventKey("the worker"); err != nil {
+		return nil, err
+	}
+	unsigned, err := kafka.NewProducer(KafkaConfig(cfg, "claimflow-worker"))
 	if err != nil {
 		return nil, err
 	}
+	// Every record the worker writes is signed: the consumers act on no
+	// other (docs/security.md).
+	producer := kafka.SigningProducer{SyncProducer: unsigned, Key: []byte(cfg.EventSigningKey)}
 	acts := &activities.Activities{DB: pool, Producer: producer, Log: log.With("component", "activities"),
 		Metrics: tel.Activities, Payouts: activities.NewPayouts(cfg.PayoutURL, cfg.PayoutTimeout),
 		WaitlistPerSeat: cfg.WaitlistPerSeat}
@@ -259,6 +265,9 @@ func RunAPI(ctx context.Context, cfg config.Config, log *slog.Logger, migrate bo
 
 // RunWorker is the `claimflow worker` process: it polls until ctx ends.
 func RunWorker(ctx context.Context, cfg config.Config, log *slog.Logger) error {
+	if err := cfg.RequireEventKey("claimflow worker"); err != nil {
+		return err
+	}
 	conn, err := Connect(ctx, cfg, log, int32(min(cfg.MaxActivities, 64)), cfg.MetricsAddr)
 	if err != nil {
 		return err

@@ -302,6 +302,9 @@ func StartStack(ctx context.Context, base config.Config, log *slog.Logger, o Sta
 	if err := config.EnsureStackSecret(&s.Config.Security, dataDir); err != nil {
 		return s, err
 	}
+	if err := config.EnsureStackEventKey(&s.Config, dataDir); err != nil {
+		return s, err
+	}
 
 	if err := s.StartServices(ctx); err != nil {
 		return s, err
