@@ -13,13 +13,16 @@ import (
 // ReserveCoupon takes one unit of a coupon type's stock and records the
 // coupon in one transaction. The conditional UPDATE cannot issue beyond the
 // stock; the partial unique index cannot issue a user two coupons of one
-// type; the coupon ID makes a retry a no-op.
+// type; the coupon ID makes a retry a no-op. The INSERT takes only a type
+// of another vendor than the user: a vendor may not hold a coupon that
+// pays itself (own_coupon_type).
 func (a *Activities) ReserveCoupon(ctx context.Context, in workflows.ReserveCouponInput) (workflows.ReserveCouponResult, error) {
 	var res workflows.ReserveCouponResult
 	err := pgx.BeginFunc(ctx, a.DB, func(tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, `
 			INSERT INTO coupons (id, type_id, user_id, status, workflow_id, run_id, requested_at, issued_at)
-			VALUES ($1, $2, $3, 'issued', $4, $5, $6, clock_timestamp())
+			SELECT $1::text, t.id, $3::text, 'issued', $4::text, $5::text, $6::timestamptz, clock_timestamp()
+			FROM coupon_types t WHERE t.id = $2 AND t.vendor_id <> $3::text
 			ON CONFLICT DO NOTHING`,
 			in.CouponID, in.TypeID, in.UserID, in.WorkflowID, in.RunID, in.RequestedAt)
 		if pgCode(err) == pgForeignKeyViolation {
@@ -46,7 +49,8 @@ func (a *Activities) ReserveCoupon(ctx context.Context, in workflows.ReserveCoup
 }
 
 // explainCouponConflict tells a retried reservation (our own row is there)
-// from a second coupon of the same type for the same user.
+// from a type that does not exist, a type of the user's own (the user is
+// its vendor) and a second coupon of the same type for the same user.
 func explainCouponConflict(ctx context.Context, tx pgx.Tx, in workflows.ReserveCouponInput, res *workflows.ReserveCouponResult) error {
 	var status string
 	err := tx.QueryRow(ctx, `
@@ -60,6 +64,17 @@ func explainCouponConflict(ctx context.Context, tx pgx.Tx, in workflows.ReserveC
 	}
 	if !errors.Is(err, pgx.ErrNoRows) {
 		return fmt.Errorf("look up coupon %s: %w", in.CouponID, err)
+	}
+	var vendor string
+	err = tx.QueryRow(ctx, `SELECT vendor_id FROM coupon_types WHERE id = $1`, in.TypeID).Scan(&vendor)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return workflows.Refuse(workflows.RefusalCouponTypeNotFound, "coupon type %q does not exist", in.TypeID)
+	case err != nil:
+		return fmt.Errorf("look up coupon type %s: %w", in.TypeID, err)
+	case vendor == in.UserID:
+		return workflows.Refuse(workflows.RefusalOwnCouponType,
+			"user %q is the vendor of coupon type %q: a vendor may not hold its own coupons", in.UserID, in.TypeID)
 	}
 	var holder string
 	err = tx.QueryRow(ctx, `
@@ -122,7 +137,7 @@ func (a *Activities) MarkCouponUsed(ctx context.Context, in workflows.MarkCoupon
 		UPDATE coupons c SET status = 'using', use_id = $3, order_id = $4, use_workflow_id = $5, use_run_id = $6,
 			using_at = clock_timestamp(), updated_at = now()
 		FROM coupon_types t
-		WHERE c.id = $1 AND c.user_id = $2 AND c.status = 'issued' AND t.id = c.type_id
+		WHERE c.id = $1 AND c.user_id = $2 AND c.status = 'issued' AND t.id = c.type_id AND t.vendor_id <> c.user_id
 		RETURNING c.type_id, t.vendor_id, t.payout_cents`,
 		in.CouponID, in.UserID, in.UseID, orderID, in.WorkflowID, in.RunID).
 		Scan(&res.TypeID, &res.VendorID, &res.AmountCents)
@@ -148,6 +163,11 @@ func (a *Activities) MarkCouponUsed(ctx context.Context, in workflows.MarkCoupon
 		return res, workflows.Refuse(workflows.RefusalNotOwner, "coupon %s belongs to another user", in.CouponID)
 	case useID != nil && *useID == in.UseID:
 		return res, nil // a retry: this attempt already holds the coupon
+	case owner == res.VendorID:
+		// A coupon its vendor holds (issued before the rule): using it
+		// would pay the vendor itself.
+		return res, workflows.Refuse(workflows.RefusalOwnCouponType,
+			"coupon %s is of its holder's own coupon type: a vendor may not use its own coupons", in.CouponID)
 	case status == string(workflows.CouponRevoked):
 		return res, workflows.Refuse(workflows.RefusalCouponRevoked, "coupon %s was revoked", in.CouponID)
 	case status == string(workflows.CouponIssued):

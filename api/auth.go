@@ -4,23 +4,31 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"strings"
 	"time"
 
 	"github.com/gin-gonic/gin"
 	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/claimflow/claimflow/internal/config"
 )
 
 // RoleAdmin is the value of the token's role claim that allows creating
 // courses, vendors and coupon types, operating dead letters, and acting on
-// behalf of any student or user. Any other role (or none) is a student: it
-// may only enroll, cancel and use coupons as its own subject.
+// behalf of any student or user. A student (RoleStudent, or no role) may
+// only enroll, cancel and use coupons as its own subject; any role not
+// built in nor mapped (JWTOptions.RoleMap) is refused with 403.
 const RoleAdmin = "admin"
 
 // RoleVendor marks a vendor's token: with sub = the vendor's ID it may read
 // its own vendor record (balance and payouts). Otherwise it is a student.
 const RoleVendor = "vendor"
+
+// RoleStudent names a student explicitly; a token without a role is one
+// too. JWT_ROLE_MAP maps an identity provider's roles onto these three.
+const RoleStudent = "student"
 
 // Principal is who a request acts as: the token's sub and role claims.
 type Principal struct {
@@ -30,6 +38,24 @@ type Principal struct {
 
 // Admin reports whether the principal has role admin.
 func (p Principal) Admin() bool { return p.Role == RoleAdmin }
+
+// knownRole reports whether the principal's role (mapped by RoleMap and
+// with RoleStudent read as no role) is one the API gives rights to.
+func (p Principal) knownRole() bool {
+	return p.Role == "" || p.Role == RoleAdmin || p.Role == RoleVendor
+}
+
+// checkRoleMap refuses a map onto anything but the built-in roles.
+func checkRoleMap(m map[string]string) error {
+	for from, to := range m {
+		switch to {
+		case RoleAdmin, RoleVendor, RoleStudent:
+		default:
+			return fmt.Errorf("JWT_ROLE_MAP: %q maps to %q, not one of %s, %s, %s", from, to, RoleAdmin, RoleVendor, RoleStudent)
+		}
+	}
+	return nil
+}
 
 // Authenticator verifies a bearer token and names its principal.
 type Authenticator interface {
@@ -71,6 +97,12 @@ type Security struct {
 	// (enroll, cancel, issue, use, dead-letter decisions); a request beyond
 	// it is answered 429 at once instead of queueing. 0 means unbounded.
 	MaxInflightClaims int
+	// MaxInflightClaimsPerSubject bounds the claims one non-admin subject
+	// has waiting on Temporal at once, so that no subject holds a large
+	// share of MaxInflightClaims while Temporal is slow; beyond it 429.
+	// Admins are not bounded (as RatePerSubject spares them). 0 means
+	// unbounded.
+	MaxInflightClaimsPerSubject int
 }
 
 // JWTOptions are checks common to both token kinds.
@@ -83,6 +115,14 @@ type JWTOptions struct {
 	RoleClaim string
 	// Leeway absorbs clock skew on exp, nbf and iat (default 30 s).
 	Leeway time.Duration
+	// MaxTTL is the longest lifetime (exp - iat) a token may have; a
+	// token without iat or exp is refused too. 0 means
+	// config.DefaultJWTMaxTTL.
+	MaxTTL time.Duration
+	// RoleMap renames roles of the token's role claim to the API's own
+	// (RoleAdmin, RoleVendor, RoleStudent), e.g. registrar → admin. A
+	// role neither built in nor mapped is refused with 403.
+	RoleMap map[string]string
 	// Now replaces the clock (tests).
 	Now func() time.Time
 }
@@ -99,8 +139,17 @@ const MinHS256SecretBytes = 32
 type verifier struct {
 	parser    *jwt.Parser
 	roleClaim string
+	roleMap   map[string]string
+	maxTTL    time.Duration
 	keyfunc   func(ctx context.Context) jwt.Keyfunc
 	jwks      *jwks // the key set cache of an RS256 verifier, for tests
+}
+
+// lifetimeError: the token lives longer (exp - iat) than MaxTTL allows.
+type lifetimeError struct{ lifetime, max time.Duration }
+
+func (e lifetimeError) Error() string {
+	return fmt.Sprintf("token lifetime exceeds the longest accepted (exp - iat is %s, JWT_MAX_TTL %s)", e.lifetime, e.max)
 }
 
 func newVerifier(method string, o JWTOptions, keyfunc func(ctx context.Context) jwt.Keyfunc) *verifier {
@@ -127,7 +176,12 @@ func newVerifier(method string, o JWTOptions, keyfunc func(ctx context.Context) 
 	if roleClaim == "" {
 		roleClaim = defaultRoleClaim
 	}
-	return &verifier{parser: jwt.NewParser(opts...), roleClaim: roleClaim, keyfunc: keyfunc}
+	maxTTL := o.MaxTTL
+	if maxTTL <= 0 {
+		maxTTL = config.DefaultJWTMaxTTL
+	}
+	return &verifier{parser: jwt.NewParser(opts...), roleClaim: roleClaim, roleMap: maps.Clone(o.RoleMap),
+		maxTTL: maxTTL, keyfunc: keyfunc}
 }
 
 func (v *verifier) Authenticate(ctx context.Context, raw string) (Principal, error) {
@@ -144,19 +198,52 @@ func (v *verifier) Authenticate(ctx context.Context, raw string) (Principal, err
 	if strings.TrimSpace(sub) == "" {
 		return Principal{}, fmt.Errorf("%w: sub", jwt.ErrTokenRequiredClaimMissing)
 	}
+	if err := v.checkLifetime(claims); err != nil {
+		return Principal{}, err
+	}
 	var role string
 	if raw, ok := claims[v.roleClaim]; ok {
 		if role, ok = raw.(string); !ok {
 			return Principal{}, fmt.Errorf("%w: %s must be a string", jwt.ErrTokenMalformed, v.roleClaim)
 		}
 	}
+	if to, ok := v.roleMap[role]; ok {
+		role = to
+	}
+	if role == RoleStudent {
+		role = ""
+	}
 	return Principal{Subject: sub, Role: role}, nil
+}
+
+// checkLifetime requires iat and exp (the parser has checked their types
+// and the clock) and refuses a token that lives longer than maxTTL: a
+// leaked token stays usable for that long at most.
+func (v *verifier) checkLifetime(claims jwt.MapClaims) error {
+	iat, err := claims.GetIssuedAt()
+	if err != nil {
+		return err
+	}
+	exp, err := claims.GetExpirationTime()
+	if err != nil {
+		return err
+	}
+	if iat == nil || exp == nil {
+		return fmt.Errorf("%w: iat and exp", jwt.ErrTokenRequiredClaimMissing)
+	}
+	if lifetime := exp.Sub(iat.Time); lifetime > v.maxTTL {
+		return lifetimeError{lifetime: lifetime, max: v.maxTTL}
+	}
+	return nil
 }
 
 // NewHS256 verifies HS256 tokens signed with secret (the local stack).
 func NewHS256(secret []byte, o JWTOptions) (Authenticator, error) {
 	if len(secret) < MinHS256SecretBytes {
 		return nil, fmt.Errorf("HS256 secret must be at least %d bytes, got %d", MinHS256SecretBytes, len(secret))
+	}
+	if err := checkRoleMap(o.RoleMap); err != nil {
+		return nil, err
 	}
 	key := append([]byte(nil), secret...)
 	return newVerifier(jwt.SigningMethodHS256.Alg(), o, func(context.Context) jwt.Keyfunc {
@@ -229,7 +316,9 @@ func tokenProblem(err error) string {
 	case errors.Is(err, jwt.ErrTokenInvalidAudience):
 		return "token audience is not accepted"
 	case errors.Is(err, jwt.ErrTokenRequiredClaimMissing):
-		return "token lacks a required claim (sub and exp are required)"
+		return "token lacks a required claim (sub, iat and exp are required)"
+	case errors.As(err, new(lifetimeError)):
+		return err.Error()
 	case errors.Is(err, errUnknownKey):
 		return "token is signed by an unknown key"
 	case errors.Is(err, jwt.ErrTokenMalformed), errors.Is(err, jwt.ErrInvalidType):
@@ -263,4 +352,12 @@ func (s *server) mayActFor(c *gin.Context, field, owner string) bool {
 	writeError(c, http.StatusForbidden, "forbidden",
 		fmt.Sprintf("%s must be the token's subject; only role %s may act for others", field, RoleAdmin), field)
 	return false
+}
+
+// truncate shortens s to n bytes for an error message.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
 }

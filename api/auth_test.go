@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/claimflow/claimflow/internal/config"
 )
 
 // reachedTemporal is how an enroll answers when it passed authentication,
@@ -160,6 +162,156 @@ func TestTokenChecks(t *testing.T) {
 	}
 }
 
+// TestTokenLifetimeIsBounded: a token must carry iat and exp, and live
+// (exp - iat) no longer than JWTOptions.MaxTTL (JWT_MAX_TTL, 24 h unless
+// set), whichever way it is signed; else 401 naming the problem.
+func TestTokenLifetimeIsBounded(t *testing.T) {
+	now := time.Now()
+	keys := testRSAKeys(t)
+	jwksSrv := newGatedJWKS(t, map[string]*rsa.PublicKey{"k1": &keys[0].PublicKey})
+	clock := newTestClock()
+	for _, tc := range []struct {
+		name     string
+		maxTTL   time.Duration // 0: the default
+		rs256    bool
+		iat, exp any    // nil: the claim is left out
+		want     string // "": accepted; else the 401's message contains it
+	}{
+		{"an hour", 0, false, now.Unix(), now.Add(time.Hour).Unix(), ""},
+		{"exactly the default 24h", 0, false, now.Unix(), now.Add(24 * time.Hour).Unix(), ""},
+		{"a second beyond the default", 0, false, now.Unix(), now.Add(24*time.Hour + time.Second).Unix(), "token lifetime exceeds"},
+		{"ten years (--ttl 87600h)", 0, false, now.Unix(), now.Add(87600 * time.Hour).Unix(), "token lifetime exceeds"},
+		{"issued long ago, expiring soon", 0, false, now.Add(-48 * time.Hour).Unix(), now.Add(time.Hour).Unix(), "token lifetime exceeds"},
+		{"no iat", 0, false, nil, now.Add(time.Hour).Unix(), "token lacks a required claim"},
+		{"no exp", 0, false, now.Unix(), nil, "token lacks a required claim"},
+		{"iat not a number", 0, false, "yesterday", now.Add(time.Hour).Unix(), "token is malformed"},
+		{"within a configured 2h", 2 * time.Hour, false, now.Unix(), now.Add(2 * time.Hour).Unix(), ""},
+		{"beyond a configured 2h", 2 * time.Hour, false, now.Unix(), now.Add(3 * time.Hour).Unix(), "token lifetime exceeds"},
+		{"RS256 within the default", 0, true, clock.now().Unix(), clock.now().Add(time.Hour).Unix(), ""},
+		{"RS256 ten years", 0, true, clock.now().Unix(), clock.now().Add(87600 * time.Hour).Unix(), "token lifetime exceeds"},
+		{"RS256 without iat", 0, true, nil, clock.now().Add(time.Hour).Unix(), "token lacks a required claim"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			claims := jwt.MapClaims{"sub": "admin-1", "role": RoleAdmin}
+			if tc.iat != nil {
+				claims["iat"] = tc.iat
+			}
+			if tc.exp != nil {
+				claims["exp"] = tc.exp
+			}
+			var auth Authenticator
+			var raw string
+			if tc.rs256 {
+				auth = newTestJWKS(t, jwksSrv.URL, clock, JWKSOptions{JWTOptions: JWTOptions{MaxTTL: tc.maxTTL}})
+				claims["iss"], claims["aud"] = "https://idp.test", "claimflow"
+				raw = signRS256(t, keys[0], "k1", claims)
+			} else {
+				var err error
+				if auth, err = NewHS256([]byte(testSecret), JWTOptions{MaxTTL: tc.maxTTL}); err != nil {
+					t.Fatal(err)
+				}
+				raw = signHS256(t, testSecret, claims)
+			}
+			a := newTestAPI(t, Security{Auth: auth})
+			rec := a.call(http.MethodPost, "/v1/courses/c1/enrollments", raw, map[string]any{"student_id": "s-1"})
+			if tc.want == "" {
+				reachedTemporal(t, rec)
+				return
+			}
+			if rec.Code != http.StatusUnauthorized {
+				t.Fatalf("= %d %s, want 401", rec.Code, rec.Body.String())
+			}
+			if e := errorOf(t, rec); e.Code != "unauthenticated" || !strings.Contains(e.Message, tc.want) {
+				t.Fatalf("error = %+v, want unauthenticated with %q", e, tc.want)
+			}
+			if h := rec.Header().Get("WWW-Authenticate"); !strings.Contains(h, tc.want) {
+				t.Fatalf("WWW-Authenticate = %q, want the reason %q", h, tc.want)
+			}
+		})
+	}
+}
+
+// TestUnknownRolesAreRefused: a role that is neither built in (admin,
+// vendor, student, none) nor mapped by JWTOptions.RoleMap (JWT_ROLE_MAP)
+// is refused with 403 on every route, instead of passing as a student; a
+// mapped role acts as its target.
+func TestUnknownRolesAreRefused(t *testing.T) {
+	roleMap := map[string]string{"registrar": RoleAdmin, "Admin": RoleAdmin, "user": RoleStudent, "shop": RoleVendor}
+	enrollAs := func(student string) (string, string, map[string]any) {
+		return http.MethodPost, "/v1/courses/c1/enrollments", map[string]any{"student_id": student}
+	}
+	listDeadLetters := func(string) (string, string, map[string]any) {
+		return http.MethodGet, "/v1/dead-letters?limit=x", nil
+	}
+	readCourse := func(string) (string, string, map[string]any) { return http.MethodGet, "/v1/courses/c1", nil }
+	const (
+		reached   = "reached Temporal"
+		forbidden = "403 forbidden"
+		pastAdmin = "400 on limit: past the admin check"
+	)
+	for _, tc := range []struct {
+		name    string
+		roleMap map[string]string
+		role    string
+		req     func(sub string) (string, string, map[string]any)
+		want    string
+	}{
+		{"no role: a student, as itself", nil, "", enrollAs, reached},
+		{"student: as itself", nil, RoleStudent, enrollAs, reached},
+		{"vendor: as itself", nil, RoleVendor, enrollAs, reached},
+		{"admin", nil, RoleAdmin, listDeadLetters, pastAdmin},
+		{"Admin, not mapped", nil, "Admin", enrollAs, forbidden},
+		{"registrar, not mapped", nil, "registrar", enrollAs, forbidden},
+		{"operator, not mapped: not even a catalogue read", nil, "operator", readCourse, forbidden},
+		{"ADMIN, not in the map", roleMap, "ADMIN", enrollAs, forbidden},
+		{"registrar mapped to admin", roleMap, "registrar", listDeadLetters, pastAdmin},
+		{"Admin mapped to admin: acts for others", roleMap, "Admin", func(string) (string, string, map[string]any) { return enrollAs("s-2") }, reached},
+		{"user mapped to student: as itself", roleMap, "user", enrollAs, reached},
+		{"user mapped to student: not an admin", roleMap, "user", listDeadLetters, forbidden},
+		{"shop mapped to vendor: as itself", roleMap, "shop", enrollAs, reached},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			auth, err := NewHS256([]byte(testSecret), JWTOptions{RoleMap: tc.roleMap})
+			if err != nil {
+				t.Fatal(err)
+			}
+			a := newTestAPI(t, Security{Auth: auth})
+			method, path, body := tc.req("u-1")
+			rec := a.call(method, path, token(t, "u-1", tc.role, time.Hour), body)
+			switch tc.want {
+			case reached:
+				reachedTemporal(t, rec)
+			case pastAdmin:
+				if rec.Code != http.StatusBadRequest || errorOf(t, rec).Field != "limit" {
+					t.Fatalf("= %d %s, want 400 on limit", rec.Code, rec.Body.String())
+				}
+			case forbidden:
+				if rec.Code != http.StatusForbidden || errorOf(t, rec).Code != "forbidden" {
+					t.Fatalf("= %d %s, want 403 forbidden", rec.Code, rec.Body.String())
+				}
+				if a.temporal.Calls() != 0 {
+					t.Fatal("a refused role reached Temporal")
+				}
+			}
+		})
+	}
+	if _, err := NewHS256([]byte(testSecret), JWTOptions{RoleMap: map[string]string{"registrar": "root"}}); err == nil {
+		t.Fatal("a role map onto an unknown role was accepted")
+	}
+	// JWT_ROLE_MAP's targets, as internal/config checks them, are this
+	// package's roles.
+	for _, role := range config.TokenRoles {
+		auth, err := NewHS256([]byte(testSecret), JWTOptions{RoleMap: map[string]string{"idp-role": role}})
+		if err != nil {
+			t.Fatalf("config.TokenRoles has %q, which the API refuses as a target: %v", role, err)
+		}
+		p, err := auth.Authenticate(context.Background(), token(t, "u-1", "idp-role", time.Hour))
+		if err != nil || !p.knownRole() {
+			t.Fatalf("idp-role mapped to %q: %+v %v, want a known role", role, p, err)
+		}
+	}
+}
+
 func TestHS256SecretLength(t *testing.T) {
 	if _, err := NewHS256([]byte("short"), JWTOptions{}); err == nil {
 		t.Fatal("a 5-byte secret was accepted")
@@ -179,7 +331,7 @@ func TestNoVerifierRefusesEverything(t *testing.T) {
 func TestAdminOnlyRoutes(t *testing.T) {
 	a := newTestAPI(t, Security{})
 	student := token(t, "s-1", "", time.Hour)
-	other := token(t, "s-1", "operator", time.Hour) // any role but admin is a student
+	other := token(t, "s-1", RoleStudent, time.Hour) // as no role; unknown roles: TestUnknownRolesAreRefused
 	admin := token(t, "admin-1", RoleAdmin, time.Hour)
 	for key, p := range routePolicies {
 		method, route, _ := strings.Cut(key, " ")
@@ -326,6 +478,86 @@ func TestInflightClaimsShedAtOnce(t *testing.T) {
 	reachedTemporal(t, a.call(http.MethodPost, "/v1/courses/c1/enrollments", admin, map[string]any{"student_id": "s-1"}))
 }
 
+// TestInflightClaimsPerSubject: one non-admin subject holds at most
+// MaxInflightClaimsPerSubject claims waiting on Temporal; beyond that its
+// claims are shed with 429 at once, without taking a server-wide slot,
+// while other subjects and admins go on. The fake Temporal holds every
+// claim that reaches it until the test lets them go, so each row is told
+// apart by whether its request reached Temporal or was answered first.
+func TestInflightClaimsPerSubject(t *testing.T) {
+	a := newTestAPI(t, Security{MaxInflightClaims: 6, MaxInflightClaimsPerSubject: 2})
+	a.temporal.block = make(chan struct{})
+	a.temporal.entered = make(chan struct{}, 32)
+	s1, s2 := token(t, "s-1", "", time.Hour), token(t, "s-2", "", time.Hour)
+	admin := token(t, "admin-1", RoleAdmin, time.Hour)
+	issue := func(typeID, user string) (string, string, map[string]any) {
+		return http.MethodPost, "/v1/coupon-types/" + typeID + "/coupons", map[string]any{"user_id": user}
+	}
+	var held sync.WaitGroup
+	defer held.Wait()
+	released := false
+	release := func() {
+		if !released {
+			released = true
+			close(a.temporal.block)
+		}
+	}
+	defer release()
+	for _, tc := range []struct {
+		name   string
+		bearer string
+		req    func() (string, string, map[string]any)
+		// shed is the code of the 429 the request must get at once; ""
+		// means it must reach Temporal (and stay there until released).
+		shed string
+	}{
+		{"s-1's first claim", s1, func() (string, string, map[string]any) { return issue("t1", "s-1") }, ""},
+		{"s-1's second claim", s1, func() (string, string, map[string]any) { return issue("t2", "s-1") }, ""},
+		{"s-1's third claim", s1, func() (string, string, map[string]any) {
+			return http.MethodPost, "/v1/courses/c1/enrollments", map[string]any{"student_id": "s-1"}
+		}, "too_many_in_flight"},
+		{"s-1's use of a coupon", s1, func() (string, string, map[string]any) {
+			return http.MethodPost, "/v1/coupons/k1/use", map[string]any{"user_id": "s-1"}
+		}, "too_many_in_flight"},
+		{"another subject's claim", s2, func() (string, string, map[string]any) { return issue("t1", "s-2") }, ""},
+		{"an admin's first claim", admin, func() (string, string, map[string]any) { return issue("t1", "s-3") }, ""},
+		{"an admin's second claim", admin, func() (string, string, map[string]any) { return issue("t2", "s-3") }, ""},
+		// Six in flight: the two claims shed above took no slot.
+		{"an admin's third claim: admins are not bounded per subject", admin, func() (string, string, map[string]any) { return issue("t3", "s-3") }, ""},
+		{"a seventh claim: the server-wide bound", s2, func() (string, string, map[string]any) { return issue("t2", "s-2") }, "overloaded"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			method, path, body := tc.req()
+			answered := make(chan *httptest.ResponseRecorder, 1)
+			held.Go(func() { answered <- a.call(method, path, tc.bearer, body) })
+			select {
+			case <-a.temporal.entered:
+				if tc.shed != "" {
+					t.Fatalf("%s %s reached Temporal, want 429 %s at once", method, path, tc.shed)
+				}
+			case rec := <-answered:
+				if tc.shed == "" {
+					t.Fatalf("%s %s = %d %s, want it to reach Temporal", method, path, rec.Code, rec.Body.String())
+				}
+				if rec.Code != http.StatusTooManyRequests || errorOf(t, rec).Code != tc.shed || rec.Header().Get("Retry-After") != "1" {
+					t.Fatalf("%s %s = %d %s (Retry-After %q), want 429 %s with Retry-After 1",
+						method, path, rec.Code, rec.Body.String(), rec.Header().Get("Retry-After"), tc.shed)
+				}
+			}
+		})
+	}
+	// Reads take no slot.
+	if rec := a.call(http.MethodGet, "/v1/courses/c1", s1, nil); rec.Code == http.StatusTooManyRequests {
+		t.Fatalf("s-1's read while it holds its claims = 429 %s", rec.Body.String())
+	}
+	release()
+	held.Wait()
+	// Decided, the claims give their slots back.
+	if rec := a.call(http.MethodPost, "/v1/coupon-types/t9/coupons", s1, map[string]any{"user_id": "s-1"}); rec.Code != http.StatusNotFound {
+		t.Fatalf("s-1's claim after its claims were decided = %d %s, want the fake's 404", rec.Code, rec.Body.String())
+	}
+}
+
 func TestInsecureNoAuth(t *testing.T) {
 	a := newTestAPI(t, Security{InsecureNoAuth: true})
 	reachedTemporal(t, a.call(http.MethodPost, "/v1/courses/c1/enrollments", "", map[string]any{"student_id": "s-1"}))
@@ -463,7 +695,7 @@ func TestJWKS(t *testing.T) {
 	}
 	a := newTestAPI(t, Security{Auth: auth})
 	claims := func() jwt.MapClaims {
-		return jwt.MapClaims{"sub": "admin-1", "role": "admin", "exp": now().Add(time.Hour).Unix()}
+		return jwt.MapClaims{"sub": "admin-1", "role": "admin", "iat": now().Unix(), "exp": now().Add(time.Hour).Unix()}
 	}
 	enroll := func(tok string) *httptest.ResponseRecorder {
 		return a.call(http.MethodPost, "/v1/courses/c1/enrollments", tok, map[string]any{"student_id": "s-1"})

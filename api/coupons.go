@@ -22,7 +22,8 @@ import (
 
 // couponRefusalStatus maps coupon refusals to HTTP answers. A use refused
 // with payout_declined or payout_failed was compensated: the coupon is
-// issued again.
+// issued again. own_coupon_type is 403, not 409: the user is the type's
+// vendor, which no change of state will make allowed.
 var couponRefusalStatus = map[workflows.Refusal]int{
 	workflows.RefusalSoldOut:            http.StatusConflict,
 	workflows.RefusalAlreadyIssued:      http.StatusConflict,
@@ -33,6 +34,7 @@ var couponRefusalStatus = map[workflows.Refusal]int{
 	workflows.RefusalCouponRevoked:      http.StatusConflict,
 	workflows.RefusalPayoutDeclined:     http.StatusPaymentRequired,
 	workflows.RefusalPayoutFailed:       http.StatusBadGateway,
+	workflows.RefusalOwnCouponType:      http.StatusForbidden,
 }
 
 const (
@@ -299,6 +301,13 @@ func (s *server) useCoupon(c *gin.Context) {
 	}
 	if err != nil {
 		s.internalError(c, err)
+		return
+	}
+	if current.VendorID == owner {
+		// The run's MarkCouponUsed refuses it too; the rows read above
+		// already tell, so no run starts.
+		writeError(c, http.StatusForbidden, string(workflows.RefusalOwnCouponType),
+			"a vendor may not use a coupon of its own coupon type", "user_id")
 		return
 	}
 	useID, err := uuid.NewV7()

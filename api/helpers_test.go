@@ -38,9 +38,12 @@ const testSecret = "test-secret-test-secret-test-secret!"
 type fakeTemporal struct {
 	block   chan struct{}
 	entered chan struct{} // receives once per call that reached Temporal, when set
-	mu      sync.Mutex
-	calls   int
-	signals int
+	// couponRefusal, when set, is the refusal of every coupon decision
+	// (default coupon_type_not_found).
+	couponRefusal workflows.Refusal
+	mu            sync.Mutex
+	calls         int
+	signals       int
 }
 
 func (f *fakeTemporal) NewWithStartWorkflowOperation(client.StartWorkflowOptions, any, ...any) client.WithStartWorkflowOperation {
@@ -65,7 +68,7 @@ func (f *fakeTemporal) UpdateWithStartWorkflow(ctx context.Context, o client.Upd
 			return nil, ctx.Err()
 		}
 	}
-	u := fakeUpdate{workflowID: o.UpdateOptions.WorkflowID}
+	u := fakeUpdate{workflowID: o.UpdateOptions.WorkflowID, couponRefusal: f.couponRefusal}
 	if len(o.UpdateOptions.Args) > 0 {
 		if b, ok := o.UpdateOptions.Args[0].(workflows.DeskBatch); ok {
 			u.claims = len(b.Claims)
@@ -90,8 +93,9 @@ func (f *fakeTemporal) Calls() int {
 // fakeUpdate answers a desk's batch of claims (claims > 0) or one claim
 // with a "not found" refusal.
 type fakeUpdate struct {
-	workflowID string
-	claims     int
+	workflowID    string
+	claims        int
+	couponRefusal workflows.Refusal
 }
 
 func (u fakeUpdate) WorkflowID() string { return u.workflowID }
@@ -107,6 +111,9 @@ func (u fakeUpdate) Get(_ context.Context, v any) error {
 		*d = workflows.Decision{Status: workflows.StatusRefused, Refusal: workflows.RefusalCourseNotFound, Message: "no such course"}
 	case *workflows.CouponDecision:
 		*d = workflows.CouponDecision{Status: workflows.CouponRefused, Refusal: workflows.RefusalCouponTypeNotFound, Message: "no such coupon type"}
+		if u.couponRefusal != "" {
+			d.Refusal, d.Message = u.couponRefusal, "refused by the fake"
+		}
 	default:
 		return errors.New("fake Temporal: unexpected decision type")
 	}
@@ -196,7 +203,8 @@ func (a *testAPI) engine(t testing.TB) *gin.Engine {
 
 func token(t testing.TB, sub, role string, ttl time.Duration) string {
 	t.Helper()
-	return signHS256(t, testSecret, jwt.MapClaims{"sub": sub, "role": role, "iat": time.Now().Unix(), "exp": time.Now().Add(ttl).Unix()})
+	now := time.Now() // one reading: exp - iat is ttl to the second (JWT_MAX_TTL)
+	return signHS256(t, testSecret, jwt.MapClaims{"sub": sub, "role": role, "iat": now.Unix(), "exp": now.Add(ttl).Unix()})
 }
 
 func signHS256(t testing.TB, secret string, claims jwt.MapClaims) string {

@@ -81,6 +81,9 @@ func NewJWKS(url string, o JWKSOptions) (Authenticator, error) {
 	default:
 		return nil, fmt.Errorf("JWKS URL must be https, got %q", url)
 	}
+	if err := checkRoleMap(o.RoleMap); err != nil {
+		return nil, err
+	}
 	if o.Client == nil {
 		o.Client = &http.Client{Timeout: 5 * time.Second}
 	}

@@ -72,7 +72,7 @@ func (c *testClock) now() time.Time      { return time.Unix(c.unix.Load(), 0) }
 func (c *testClock) add(d time.Duration) { c.unix.Add(int64(d / time.Second)) }
 func (c *testClock) claims(sub, role string) jwt.MapClaims {
 	return jwt.MapClaims{"sub": sub, "role": role, "iss": "https://idp.test", "aud": "claimflow",
-		"exp": c.now().Add(time.Hour).Unix()}
+		"iat": c.now().Unix(), "exp": c.now().Add(time.Hour).Unix()}
 }
 
 func newTestJWKS(t *testing.T, url string, clock *testClock, o JWKSOptions) Authenticator {

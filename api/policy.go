@@ -35,7 +35,7 @@ type policy struct {
 	// write: counts against the subject's rate limit.
 	write bool
 	// claim: starts, joins or signals a Temporal run, so it takes a slot
-	// of MaxInflightClaims.
+	// of MaxInflightClaims (and of MaxInflightClaimsPerSubject).
 	claim bool
 }
 
@@ -216,7 +216,7 @@ func (s *server) guard() gin.HandlerFunc {
 		limits: newLimits(s.cfg.Security),
 		shed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "claimflow_http_shed_total",
-			Help: "Requests answered 429 by reason: rate_limited (per-subject write limit) or overloaded (claims in flight).",
+			Help: "Requests answered 429 by reason: rate_limited (per-subject rate limit), subject_inflight (one subject's claims in flight) or overloaded (claims in flight).",
 		}, []string{"reason"}),
 	}
 	s.cfg.Metrics.MustRegister(g.shed)
@@ -230,6 +230,13 @@ func (s *server) guard() gin.HandlerFunc {
 			return
 		}
 		p := principalOf(c)
+		if !p.knownRole() {
+			// Not a student by default: an identity provider's "Admin" or
+			// "registrar" means something only JWT_ROLE_MAP can say.
+			writeError(c, http.StatusForbidden, "forbidden", fmt.Sprintf("the token's role %q is not one of %s, %s, %s or none; "+
+				"the operator may map it with JWT_ROLE_MAP", truncate(p.Role, 64), RoleAdmin, RoleVendor, RoleStudent), "")
+			return
+		}
 		pol := policyOf(c.Request.Method, c.FullPath())
 		if pol.admin && !p.Admin() {
 			writeError(c, http.StatusForbidden, "forbidden", "this operation needs role "+RoleAdmin, "")
@@ -239,7 +246,7 @@ func (s *server) guard() gin.HandlerFunc {
 			return
 		}
 		if pol.claim {
-			release, ok := g.acquireClaim(c)
+			release, ok := g.acquireClaim(c, p)
 			if !ok {
 				return
 			}

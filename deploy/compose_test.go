@@ -616,10 +616,12 @@ var composeDefaulted = map[string]string{
 	"RECOVERY_AFTER":              "the default outlasts any desk's workflow task (docs/architecture.md)",
 	"RECOVERY_EVERY":              "the default bounds how long a stranded reservation waits",
 	// Authentication: the api uses hs256 with JWT_SECRET (authConfigured).
-	"AUTH_MODE":    "hs256, with the operator's JWT_SECRET",
-	"JWKS_URL":     "only with AUTH_MODE=jwks",
-	"JWT_ISSUER":   "hs256 tokens are minted by the operator's own claimflow token",
-	"JWT_AUDIENCE": "hs256 tokens are minted by the operator's own claimflow token",
+	"AUTH_MODE": "hs256, with the operator's JWT_SECRET",
+	"JWKS_URL":  "only with AUTH_MODE=jwks",
+	// Token lifetime, role names and one subject's claims in flight.
+	"JWT_MAX_TTL":                     "the default: claimflow token mints no longer, the API accepts no longer",
+	"JWT_ROLE_MAP":                    "hs256 tokens carry the API's own roles; a map serves an identity provider's",
+	"MAX_INFLIGHT_CLAIMS_PER_SUBJECT": "the default bounds one subject well below MAX_INFLIGHT_CLAIMS",
 }
 
 // claimflowServices are the app services that run the claimflow service

@@ -36,6 +36,9 @@ const (
 	RefusalCouponRevoked      Refusal = "coupon_revoked"
 	RefusalPayoutDeclined     Refusal = "payout_declined"
 	RefusalPayoutFailed       Refusal = "payout_failed"
+	// RefusalOwnCouponType: the user is the coupon type's vendor, who may
+	// neither hold nor use a coupon that pays itself.
+	RefusalOwnCouponType Refusal = "own_coupon_type"
 )
 
 // activityRefusals is the one registry of the refusals an activity may
@@ -49,7 +52,7 @@ var activityRefusals = map[Refusal]bool{
 
 	RefusalSoldOut: true, RefusalAlreadyIssued: true, RefusalCouponTypeNotFound: true,
 	RefusalCouponNotFound: true, RefusalNotOwner: true, RefusalAlreadyUsed: true,
-	RefusalCouponRevoked: true, RefusalPayoutDeclined: true,
+	RefusalCouponRevoked: true, RefusalPayoutDeclined: true, RefusalOwnCouponType: true,
 }
 
 // Refuse builds the error an activity returns for a business refusal. It is

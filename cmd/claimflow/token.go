@@ -25,12 +25,13 @@ func runToken(_ context.Context, cfg appconfig.Config, _ *slog.Logger, args []st
 	flags := flag.NewFlagSet("token", flag.ContinueOnError)
 	sub := flags.String("sub", "", "the token's subject: the student or user ID it acts as (required)")
 	role := flags.String("role", "", "admin for an operator (create courses, vendors, coupon types; dead letters; act for anyone); vendor for a vendor reading its own record (--sub = the vendor's ID); empty for a student")
-	ttl := flags.Duration("ttl", time.Hour, "lifetime of the token")
+	ttl := flags.Duration("ttl", time.Hour, "lifetime of the token, at most JWT_MAX_TTL (default 24h)")
 	dataDir := flags.String("data-dir", ".claimflow", "the 'claimflow dev' data dir whose jwt-secret signs the token when JWT_SECRET is unset")
 	flags.Usage = func() {
 		fmt.Fprintln(flags.Output(), "usage: claimflow token --sub ID [--role admin|vendor] [--ttl 1h] [--data-dir .claimflow]\n\n"+
 			"Prints an HS256 token for the local stack, signed with JWT_SECRET or <data-dir>/jwt-secret\n"+
-			"(written by 'claimflow dev' on its first run). JWT_ISSUER and JWT_AUDIENCE, when set, go into it.")
+			"(written by 'claimflow dev' on its first run). JWT_ISSUER and JWT_AUDIENCE, when set, go into it;\n"+
+			"the API refuses a token that lives longer than its JWT_MAX_TTL, and so does this command.")
 		flags.PrintDefaults()
 	}
 	if err := flags.Parse(args); err != nil {
@@ -41,6 +42,13 @@ func runToken(_ context.Context, cfg appconfig.Config, _ *slog.Logger, args []st
 	}
 	if !subjectPattern.MatchString(*sub) {
 		return errors.New("--sub is required: 1-64 letters, digits, '_', '.' or '-', starting with a letter or digit")
+	}
+	maxTTL := cfg.Security.MaxTTL
+	if maxTTL <= 0 {
+		maxTTL = appconfig.DefaultJWTMaxTTL
+	}
+	if *ttl > maxTTL {
+		return fmt.Errorf("--ttl %s exceeds JWT_MAX_TTL (%s), the longest lifetime the API accepts: mint a shorter token, or raise JWT_MAX_TTL for the API and here", *ttl, maxTTL)
 	}
 	if *role != "" && *role != api.RoleAdmin && *role != api.RoleVendor {
 		return fmt.Errorf("--role must be %s, %s or empty (a student), got %q", api.RoleAdmin, api.RoleVendor, *role)

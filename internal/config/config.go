@@ -168,6 +168,9 @@ var variables = []variable{
 	{"WAITLIST_PER_SEAT", strconv.Itoa(DefaultWaitlistPerSeat), "waitlist places per seat of a course's capacity (0: no waitlist)"},
 	{"RECOVERY_AFTER", DefaultRecoveryAfter.String(), "a desk's reservation still reserved this long after it was recorded has no live desk: the recovery finishes it (at least 30s)"},
 	{"RECOVERY_EVERY", DefaultRecoveryEvery.String(), "how often the worker's schedule looks for such reservations"},
+	{"MAX_INFLIGHT_CLAIMS_PER_SUBJECT", strconv.Itoa(DefaultMaxInflightPerSubject), "claims of one non-admin subject waiting on Temporal at once (0: unlimited)"},
+	{"JWT_MAX_TTL", DefaultJWTMaxTTL.String(), "longest token lifetime (exp - iat) the API accepts and claimflow token mints"},
+	{"JWT_ROLE_MAP", "", "token roles renamed to admin, vendor or student, e.g. registrar=admin,Admin=admin (other roles: 403)"},
 }
 
 // RecoveryBound is the longest a reservation may have no run to finish it:

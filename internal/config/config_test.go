@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestLoadSecurityDefaults(t *testing.T) {
@@ -187,5 +188,58 @@ func TestTemporalCompression(t *testing.T) {
 		case cfg.TemporalCompression != tc.want:
 			t.Errorf("%q: compression %q, want %q", tc.value, cfg.TemporalCompression, tc.want)
 		}
+	}
+}
+
+// TestTokenAndInflightVariables: JWT_MAX_TTL, JWT_ROLE_MAP and
+// MAX_INFLIGHT_CLAIMS_PER_SUBJECT, their defaults and the one-line errors
+// that name the variable.
+func TestTokenAndInflightVariables(t *testing.T) {
+	for _, tc := range []struct {
+		name, value string
+		wantErr     string // "": loads
+		check       func(Security) bool
+	}{
+		{"JWT_MAX_TTL", "", "", func(s Security) bool { return s.MaxTTL == 24*time.Hour }},
+		{"JWT_MAX_TTL", "8h", "", func(s Security) bool { return s.MaxTTL == 8*time.Hour }},
+		{"JWT_MAX_TTL", "0", "JWT_MAX_TTL", nil},
+		{"JWT_MAX_TTL", "-1h", "JWT_MAX_TTL", nil},
+		{"JWT_MAX_TTL", "forever", "JWT_MAX_TTL", nil},
+		{"MAX_INFLIGHT_CLAIMS_PER_SUBJECT", "", "", func(s Security) bool { return s.MaxInflightPerSubject == 64 }},
+		{"MAX_INFLIGHT_CLAIMS_PER_SUBJECT", "0", "", func(s Security) bool { return s.MaxInflightPerSubject == 0 }},
+		{"MAX_INFLIGHT_CLAIMS_PER_SUBJECT", "5", "", func(s Security) bool { return s.MaxInflightPerSubject == 5 }},
+		{"MAX_INFLIGHT_CLAIMS_PER_SUBJECT", "-1", "MAX_INFLIGHT_CLAIMS_PER_SUBJECT", nil},
+		{"MAX_INFLIGHT_CLAIMS_PER_SUBJECT", "many", "MAX_INFLIGHT_CLAIMS_PER_SUBJECT", nil},
+		{"JWT_ROLE_MAP", "", "", func(s Security) bool { return len(s.RoleMap) == 0 }},
+		{"JWT_ROLE_MAP", "registrar=admin,Admin=admin", "", func(s Security) bool {
+			return len(s.RoleMap) == 2 && s.RoleMap["registrar"] == "admin" && s.RoleMap["Admin"] == "admin"
+		}},
+		{"JWT_ROLE_MAP", " user = student , shop=vendor ,", "", func(s Security) bool {
+			return len(s.RoleMap) == 2 && s.RoleMap["user"] == "student" && s.RoleMap["shop"] == "vendor"
+		}},
+		{"JWT_ROLE_MAP", "registrar=root", `JWT_ROLE_MAP: "registrar=root" maps "registrar" to "root"`, nil},
+		{"JWT_ROLE_MAP", "registrar=Admin", "JWT_ROLE_MAP", nil},
+		{"JWT_ROLE_MAP", "registrar", "JWT_ROLE_MAP", nil},
+		{"JWT_ROLE_MAP", "=admin", "JWT_ROLE_MAP", nil},
+		{"JWT_ROLE_MAP", "a=admin,a=vendor", "JWT_ROLE_MAP", nil},
+		{"JWT_ROLE_MAP", "vendor=admin", "JWT_ROLE_MAP", nil},
+	} {
+		t.Run(tc.name+"="+tc.value, func(t *testing.T) {
+			cfg, err := load(func(name string) (string, bool) {
+				if name == tc.name {
+					return tc.value, true
+				}
+				return "", false
+			})
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) || strings.Contains(err.Error(), "\n") {
+					t.Fatalf("err = %v, want one line with %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil || !tc.check(cfg.Security) {
+				t.Fatalf("%+v %v", cfg.Security, err)
+			}
+		})
 	}
 }

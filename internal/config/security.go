@@ -9,8 +9,10 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Auth modes (AUTH_MODE).
@@ -18,6 +20,17 @@ const (
 	AuthHS256 = "hs256" // JWT_SECRET; the local stack's default
 	AuthJWKS  = "jwks"  // RS256 against JWKS_URL; production
 	AuthOff   = "off"   // only together with --insecure-no-auth
+)
+
+const (
+	// DefaultJWTMaxTTL is the longest token lifetime (exp - iat) the API
+	// accepts and `claimflow token` mints: a leaked token is good for a
+	// day at most.
+	DefaultJWTMaxTTL = 24 * time.Hour
+	// DefaultMaxInflightPerSubject bounds one non-admin subject's claims
+	// waiting on Temporal: far above what one person sends, far below
+	// DefaultMaxInflightClaims.
+	DefaultMaxInflightPerSubject = 64
 )
 
 // SecretFile is where `claimflow dev` keeps the HS256 secret it generated,
@@ -48,6 +61,14 @@ type Security struct {
 	MaxConfirmWaiters int
 	// MaxInflightClaims bounds requests waiting on Temporal at once.
 	MaxInflightClaims int
+	// MaxInflightPerSubject bounds those of one non-admin subject (0:
+	// unbounded).
+	MaxInflightPerSubject int
+	// MaxTTL is the longest token lifetime (exp - iat) the API accepts
+	// and `claimflow token` mints.
+	MaxTTL time.Duration
+	// RoleMap renames token roles to the API's (JWT_ROLE_MAP).
+	RoleMap map[string]string
 }
 
 // loadSecurity reads the security variables; whether the mode has what it
@@ -89,7 +110,44 @@ func loadSecurity(e env, s *Security) error {
 	if s.MaxInflightClaims, err = e.positive("MAX_INFLIGHT_CLAIMS"); err != nil {
 		return err
 	}
+	if s.MaxInflightPerSubject, err = strconv.Atoi(e.get("MAX_INFLIGHT_CLAIMS_PER_SUBJECT")); err != nil || s.MaxInflightPerSubject < 0 {
+		return fmt.Errorf("MAX_INFLIGHT_CLAIMS_PER_SUBJECT must be a whole number (0: unlimited), got %q", e.raw("MAX_INFLIGHT_CLAIMS_PER_SUBJECT"))
+	}
+	if s.MaxTTL, err = time.ParseDuration(e.get("JWT_MAX_TTL")); err != nil || s.MaxTTL < time.Minute {
+		return fmt.Errorf("JWT_MAX_TTL must be a duration of at least 1m, got %q", e.raw("JWT_MAX_TTL"))
+	}
+	if s.RoleMap, err = parseRoleMap(e.get("JWT_ROLE_MAP")); err != nil {
+		return fmt.Errorf("JWT_ROLE_MAP: %w", err)
+	}
 	return nil
+}
+
+// TokenRoles are the roles the API gives rights to (api.RoleAdmin,
+// api.RoleVendor, api.RoleStudent): the only targets of JWT_ROLE_MAP,
+// and names it may not remap.
+var TokenRoles = []string{"admin", "vendor", "student"}
+
+// parseRoleMap reads JWT_ROLE_MAP: comma-separated from=to pairs, to one
+// of TokenRoles; role names are matched exactly (Admin is not admin).
+func parseRoleMap(s string) (map[string]string, error) {
+	m := map[string]string{}
+	for _, pair := range SplitList(s) {
+		from, to, ok := strings.Cut(pair, "=")
+		from, to = strings.TrimSpace(from), strings.TrimSpace(to)
+		switch {
+		case !ok || from == "":
+			return nil, fmt.Errorf("%q is not role=target", pair)
+		case !slices.Contains(TokenRoles, to):
+			return nil, fmt.Errorf("%q maps %q to %q, not one of %s", pair, from, to, strings.Join(TokenRoles, ", "))
+		case slices.Contains(TokenRoles, from):
+			return nil, fmt.Errorf("%q remaps the built-in role %q", pair, from)
+		}
+		if _, dup := m[from]; dup {
+			return nil, fmt.Errorf("%q is mapped twice", from)
+		}
+		m[from] = to
+	}
+	return m, nil
 }
 
 // EnsureStackSecret gives the local stack an HS256 secret: JWT_SECRET if

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -42,38 +44,67 @@ func (k keyset) encode() string {
 	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(k.At.UnixMicro(), 10) + ":" + k.ID))
 }
 
+// The times a cursor may name: the sentinels of the lists' two ends and
+// every row between them. PostgreSQL refuses times before 4713 BC, so a
+// tampered time would otherwise reach the query as an error.
+var (
+	firstCursorTime = time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC)
+	lastCursorTime  = time.Date(9999, 12, 31, 0, 0, 0, 0, time.UTC)
+)
+
+// maxCursorIDBytes bounds a cursor's ID (the API takes IDs of 64 bytes
+// and makes UUIDs; a cursor is at most 512 bytes anyway).
+const maxCursorIDBytes = 256
+
 // decodeKeyset reads a cursor; "" is the start of the list, which is
-// before (ascending) or after (descending) every row.
+// before (ascending) or after (descending) every row. Only what encode
+// makes is a cursor: the same bytes back (no padding, no line breaks, no
+// sign or leading zero), a time within the sentinels and an ID of valid
+// UTF-8 without control characters, so nothing the database would refuse
+// gets past this (ErrBadCursor, the API's 400).
 func decodeKeyset(s string, descending bool) (keyset, error) {
 	if s == "" {
 		if descending {
-			return keyset{At: time.Date(9999, 12, 31, 0, 0, 0, 0, time.UTC)}, nil
+			return keyset{At: lastCursorTime}, nil
 		}
-		return keyset{At: time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC)}, nil
+		return keyset{At: firstCursorTime}, nil
 	}
-	raw, err := base64.RawURLEncoding.DecodeString(s)
+	raw, err := base64.RawURLEncoding.Strict().DecodeString(s)
 	if err != nil {
 		return keyset{}, ErrBadCursor
 	}
 	micros, id, ok := strings.Cut(string(raw), ":")
 	us, err := strconv.ParseInt(micros, 10, 64)
-	if !ok || err != nil || id == "" {
+	if !ok || err != nil || !validCursorID(id) ||
+		us < firstCursorTime.UnixMicro() || us > lastCursorTime.UnixMicro() {
 		return keyset{}, ErrBadCursor
 	}
-	return keyset{At: time.UnixMicro(us).UTC(), ID: id}, nil
+	k := keyset{At: time.UnixMicro(us).UTC(), ID: id}
+	if k.encode() != s {
+		return keyset{}, ErrBadCursor
+	}
+	return k, nil
 }
 
-// decodeSeq reads a cursor of a list ordered by a sequence number.
+func validCursorID(id string) bool {
+	if id == "" || len(id) > maxCursorIDBytes || !utf8.ValidString(id) {
+		return false
+	}
+	return strings.IndexFunc(id, unicode.IsControl) < 0
+}
+
+// decodeSeq reads a cursor of a list ordered by a sequence number: a
+// positive int64 as encodeSeq writes it, nothing else.
 func decodeSeq(s string) (int64, error) {
 	if s == "" {
 		return 1<<63 - 1, nil
 	}
-	raw, err := base64.RawURLEncoding.DecodeString(s)
+	raw, err := base64.RawURLEncoding.Strict().DecodeString(s)
 	if err != nil {
 		return 0, ErrBadCursor
 	}
 	n, err := strconv.ParseInt(string(raw), 10, 64)
-	if err != nil || n < 1 {
+	if err != nil || n < 1 || encodeSeq(n) != s {
 		return 0, ErrBadCursor
 	}
 	return n, nil

@@ -24,8 +24,10 @@ func APISecurity(s config.Security, log *slog.Logger) (api.Security, error) {
 		ReadBurst:           s.ReadBurst,
 		MaxConfirmWaiters:   s.MaxConfirmWaiters,
 		MaxInflightClaims:   s.MaxInflightClaims,
+
+		MaxInflightClaimsPerSubject: s.MaxInflightPerSubject,
 	}
-	opts := api.JWTOptions{Issuer: s.Issuer, Audience: s.Audience}
+	opts := api.JWTOptions{Issuer: s.Issuer, Audience: s.Audience, MaxTTL: s.MaxTTL, RoleMap: s.RoleMap}
 	var err error
 	switch {
 	case s.InsecureNoAuth:

@@ -26,6 +26,8 @@ func TestAPISecurityNeverDefaultsToOff(t *testing.T) {
 		{"jwks without audience", config.Security{AuthMode: config.AuthJWKS, JWKSURL: idp + "/jwks", Issuer: idp}, "needs JWT_AUDIENCE:"},
 		{"jwks without either", config.Security{AuthMode: config.AuthJWKS, JWKSURL: idp + "/jwks"}, "needs JWT_ISSUER and JWT_AUDIENCE"},
 		{"off without the flag", config.Security{AuthMode: config.AuthOff}, "--insecure-no-auth"},
+		{"a role map onto an unknown role", config.Security{AuthMode: config.AuthHS256, JWTSecret: strings.Repeat("s", 32),
+			RoleMap: map[string]string{"registrar": "root"}}, "JWT_ROLE_MAP"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if _, err := APISecurity(tc.s, log); err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -38,8 +40,9 @@ func TestAPISecurityNeverDefaultsToOff(t *testing.T) {
 		t.Fatalf("the flag did not switch auth off: %+v %v", sec, err)
 	}
 	sec, err = APISecurity(config.Security{AuthMode: config.AuthJWKS, JWKSURL: idp + "/jwks", Issuer: idp, Audience: "claimflow",
-		RoleClaim: "claimflow_role", MaxInflightClaims: 7, ReadRate: 3, ReadBurst: 4, MaxConfirmWaiters: 5}, log)
-	if err != nil || sec.Auth == nil || sec.MaxInflightClaims != 7 || sec.ReadRatePerSubject != 3 || sec.ReadBurst != 4 || sec.MaxConfirmWaiters != 5 {
+		RoleClaim: "claimflow_role", MaxInflightClaims: 7, ReadRate: 3, ReadBurst: 4, MaxConfirmWaiters: 5, MaxInflightPerSubject: 6}, log)
+	if err != nil || sec.Auth == nil || sec.MaxInflightClaims != 7 || sec.ReadRatePerSubject != 3 || sec.ReadBurst != 4 || sec.MaxConfirmWaiters != 5 ||
+		sec.MaxInflightClaimsPerSubject != 6 {
 		t.Fatalf("jwks: %+v %v", sec, err)
 	}
 }
