@@ -27,17 +27,44 @@ func APISecurity(s config.Security, log *slog.Logger) (api.Security, error) {
 
 		MaxInflightClaimsPerSubject: s.MaxInflightPerSubject,
 	}
+	if err := CheckAuth(s); err != nil {
+		return sec, err
+	}
 	opts := api.JWTOptions{Issuer: s.Issuer, Audience: s.Audience, MaxTTL: s.MaxTTL, RoleMap: s.RoleMap}
 	var err error
 	switch {
 	case s.InsecureNoAuth:
 		sec.InsecureNoAuth = true // the API logs a loud warning
-		return sec, nil
+	case s.AuthMode == config.AuthJWKS:
+		opts.RoleClaim = s.RoleClaim
+		sec.Auth, err = api.NewJWKS(s.JWKSURL, api.JWKSOptions{JWTOptions: opts, Log: log.With("component", "jwks")})
+		if err != nil {
+			return sec, fmt.Errorf("JWKS_URL: %w", err)
+		}
+		log.Info("API authenticates RS256 tokens", "jwks_url", config.RedactURL(s.JWKSURL), "issuer", s.Issuer,
+			"audience", s.Audience, "role_claim", s.RoleClaim)
+	default:
+		sec.Auth, err = api.NewHS256([]byte(s.JWTSecret), opts)
+		if err != nil {
+			return sec, fmt.Errorf("JWT_SECRET: %w", err)
+		}
+		log.Info("API authenticates HS256 tokens", "issuer", s.Issuer, "audience", s.Audience)
+	}
+	return sec, nil
+}
+
+// CheckAuth refuses an authentication setting that lacks what its mode
+// needs. It reads nothing but s, so `claimflow api` runs it before it
+// dials anything: the first line of a misconfigured API names the setting.
+func CheckAuth(s config.Security) error {
+	switch {
+	case s.InsecureNoAuth:
+		return nil
 	case s.AuthMode == config.AuthOff:
-		return sec, errors.New("AUTH_MODE=off needs the explicit --insecure-no-auth flag")
+		return errors.New("AUTH_MODE=off needs the explicit --insecure-no-auth flag")
 	case s.AuthMode == config.AuthJWKS:
 		if s.JWKSURL == "" {
-			return sec, errors.New("AUTH_MODE=jwks needs JWKS_URL")
+			return errors.New("AUTH_MODE=jwks needs JWKS_URL")
 		}
 		// A shared identity provider issues tokens for many applications:
 		// without both checks, an admin of any of them is an admin here.
@@ -49,27 +76,15 @@ func APISecurity(s config.Security, log *slog.Logger) (api.Security, error) {
 			missing = append(missing, "JWT_AUDIENCE")
 		}
 		if len(missing) > 0 {
-			return sec, fmt.Errorf("AUTH_MODE=jwks needs %s: tokens of the identity provider issued for other applications would be accepted",
+			return fmt.Errorf("AUTH_MODE=jwks needs %s: tokens of the identity provider issued for other applications would be accepted",
 				strings.Join(missing, " and "))
 		}
-		opts.RoleClaim = s.RoleClaim
-		sec.Auth, err = api.NewJWKS(s.JWKSURL, api.JWKSOptions{JWTOptions: opts, Log: log.With("component", "jwks")})
-		if err != nil {
-			return sec, fmt.Errorf("JWKS_URL: %w", err)
-		}
-		log.Info("API authenticates RS256 tokens", "jwks_url", config.RedactURL(s.JWKSURL), "issuer", s.Issuer,
-			"audience", s.Audience, "role_claim", s.RoleClaim)
 	default:
 		if s.JWTSecret == "" {
-			return sec, errors.New("AUTH_MODE=hs256 needs JWT_SECRET (at least 32 bytes); or set AUTH_MODE=jwks with JWKS_URL")
+			return errors.New("AUTH_MODE=hs256 needs JWT_SECRET (at least 32 bytes); or set AUTH_MODE=jwks with JWKS_URL")
 		}
-		sec.Auth, err = api.NewHS256([]byte(s.JWTSecret), opts)
-		if err != nil {
-			return sec, fmt.Errorf("JWT_SECRET: %w", err)
-		}
-		log.Info("API authenticates HS256 tokens", "issuer", s.Issuer, "audience", s.Audience)
 	}
-	return sec, nil
+	return nil
 }
 
 // PrintAuthHint tells the person running `claimflow dev` how to get a token.

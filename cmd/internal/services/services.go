@@ -237,6 +237,9 @@ func (s *WorkerService) Stop() error {
 // Migrate (as the owner), for a single-process setup; a deployment runs
 // `claimflow migrate` once instead.
 func RunAPI(ctx context.Context, cfg config.Config, log *slog.Logger, migrate bool) error {
+	if err := CheckAuth(cfg.Security); err != nil {
+		return err
+	}
 	if migrate {
 		if err := Migrate(ctx, cfg, log); err != nil {
 			return err
