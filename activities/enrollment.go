@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/claimflow/claimflow/internal/tracing"
 	"github.com/claimflow/claimflow/workflows"
 )
 
@@ -75,7 +76,7 @@ func (a *Activities) Publish(ctx context.Context, in workflows.PublishInput) err
 			return nil
 		}
 	}
-	if err := a.send(in.Message); err != nil {
+	if err := a.send(ctx, in.Message); err != nil {
 		return err
 	}
 	if in.StampPublishedFor == "" {
@@ -90,13 +91,12 @@ func (a *Activities) Publish(ctx context.Context, in workflows.PublishInput) err
 	return nil
 }
 
-func (a *Activities) send(m workflows.Message) error {
+func (a *Activities) send(ctx context.Context, m workflows.Message) error {
 	payload, err := json.Marshal(m.Event)
 	if err != nil {
 		return fmt.Errorf("encode event %s: %w", m.Event.ID, err)
 	}
-	began := time.Now()
-	_, _, err = a.Producer.SendMessage(&sarama.ProducerMessage{
+	msg := &sarama.ProducerMessage{
 		Topic: m.Topic,
 		Key:   sarama.StringEncoder(m.Key),
 		Value: sarama.ByteEncoder(payload),
@@ -104,7 +104,12 @@ func (a *Activities) send(m workflows.Message) error {
 			{Key: []byte("event_id"), Value: []byte(m.Event.ID)},
 			{Key: []byte("type"), Value: []byte(m.Event.Type)},
 		},
-	})
+	}
+	ctx, span := produceSpan(ctx, m.Topic, 1)
+	tracing.Inject(ctx, msg)
+	began := time.Now()
+	_, _, err = a.Producer.SendMessage(msg)
+	endSpan(span, err)
 	a.Metrics.observePublish(m.Topic, began, err)
 	if err != nil {
 		return fmt.Errorf("publish %s to %s: %w", m.Event.ID, m.Topic, err)

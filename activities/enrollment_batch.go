@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/claimflow/claimflow/internal/store"
+	"github.com/claimflow/claimflow/internal/tracing"
 	"github.com/claimflow/claimflow/workflows"
 )
 
@@ -58,6 +59,10 @@ const existingClaimsSQL = `
 // for one round trip less.
 func (a *Activities) ReserveSeats(ctx context.Context, in workflows.ReserveSeatsInput) (workflows.ReserveSeatsResult, error) {
 	res := workflows.ReserveSeatsResult{Decisions: make([]workflows.Decision, len(in.Claims))}
+	// The claims' request traces: this span decides them all.
+	for _, c := range in.Claims {
+		tracing.LinkTo(ctx, c.TraceParent)
+	}
 	conn, err := a.DB.Acquire(ctx)
 	if err != nil {
 		return res, fmt.Errorf("reserve seats: acquire a database connection: %w", err)
@@ -353,8 +358,13 @@ func (a *Activities) PublishBatch(ctx context.Context, in workflows.PublishBatch
 		}
 		return nil
 	}
+	ctx, span := produceSpan(ctx, msgs[0].Topic, len(msgs))
+	for _, m := range msgs {
+		tracing.Inject(ctx, m)
+	}
 	began := time.Now()
 	sendErr := a.Producer.SendMessages(msgs)
+	endSpan(span, sendErr)
 	if sendErr != nil {
 		a.lastSendFailure.Store(time.Now().UnixNano())
 	}

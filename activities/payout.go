@@ -12,6 +12,7 @@ import (
 
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/claimflow/claimflow/internal/tracing"
 	"github.com/claimflow/claimflow/workflows"
 )
 
@@ -33,7 +34,7 @@ func NewPayouts(url string, timeout time.Duration) Payouts {
 	if timeout <= 0 {
 		timeout = DefaultPayoutTimeout
 	}
-	return Payouts{URL: url, Client: &http.Client{Timeout: timeout}}
+	return Payouts{URL: url, Client: &http.Client{Timeout: timeout, Transport: tracing.Transport(http.DefaultTransport)}}
 }
 
 // payoutRequest is the body of a payout call.

@@ -20,8 +20,10 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/contrib/instrumentation/github.com/gin-gonic/gin/otelgin"
 	"go.temporal.io/sdk/client"
 
+	"github.com/claimflow/claimflow/internal/tracing"
 	"github.com/claimflow/claimflow/workflows"
 )
 
@@ -136,6 +138,11 @@ func New(cfg Config) *Handler {
 	// the fallback its Done and Deadline are the request's, so the
 	// deadline the bound middleware sets reaches every call.
 	r.ContextWithFallback = true
+	if tracing.Configured() {
+		// The request's span comes first, so the metrics' exemplars and the
+		// access log carry its trace.
+		r.Use(otelgin.Middleware("claimflow-api"))
+	}
 	r.Use(gin.Recovery(), s.metrics.middleware, s.accessLog, s.bound)
 	r.HandleMethodNotAllowed = true
 	r.NoRoute(func(c *gin.Context) { writeError(c, http.StatusNotFound, "not_found", "no such route", "") })

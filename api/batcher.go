@@ -15,7 +15,11 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/claimflow/claimflow/internal/config"
+	"github.com/claimflow/claimflow/internal/tracing"
 	"github.com/claimflow/claimflow/workflows"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // errOverloaded means the claim queue is full: the caller answers 429 at
@@ -63,7 +67,10 @@ type claimBatcher struct {
 type pendingClaim struct {
 	in        workflows.EnrollmentInput
 	submitted time.Time
-	reply     chan claimResult
+	// span is the claim's wait in the batcher (a no-op without tracing);
+	// the batch's span links to it.
+	span  trace.Span
+	reply chan claimResult
 	// state moves once, from claimQueued: to claimTaken by the flush that
 	// sends the claim to a desk, or to claimWithdrawn by its request,
 	// whose wait ended first; a withdrawn claim never reaches a desk.
@@ -134,8 +141,19 @@ func (b *claimBatcher) close() { close(b.done) }
 // taken into a batch whose acceptance was not reported within startGrace,
 // it may still be decided (a retry of the request then learns
 // already_enrolled with the ID).
-func (b *claimBatcher) submit(ctx context.Context, in workflows.EnrollmentInput) (claimResult, error) {
-	p := &pendingClaim{in: in, submitted: time.Now(), reply: make(chan claimResult, 1), run: make(chan deskRun, 1)}
+func (b *claimBatcher) submit(ctx context.Context, in workflows.EnrollmentInput) (r claimResult, err error) {
+	ctx, span := tracing.Tracer().Start(ctx, "claim.wait", trace.WithAttributes(
+		attribute.String("claimflow.course_id", in.CourseID), attribute.String("claimflow.student_id", in.StudentID),
+		attribute.String("claimflow.enrollment_id", in.EnrollmentID)))
+	defer func() {
+		span.SetAttributes(attribute.String("claimflow.outcome", string(r.decision.Status)))
+		if err != nil {
+			span.SetStatus(codes.Error, err.Error())
+		}
+		span.End()
+	}()
+	in.TraceParent = tracing.TraceParent(ctx)
+	p := &pendingClaim{in: in, submitted: time.Now(), reply: make(chan claimResult, 1), run: make(chan deskRun, 1), span: span}
 	select {
 	case b.queue <- p:
 	default:
@@ -287,8 +305,17 @@ func (b *claimBatcher) flush(k int, batch []*pendingClaim) {
 		in.Claims = append(in.Claims, p.in)
 		submitted[i] = p.submitted
 	}
-	// The batch belongs to no single request, so no request's context.
-	ctx, cancel := context.WithTimeout(context.Background(), b.timeout)
+	// The batch belongs to no single request, so no request's context; its
+	// span links to each claim's wait (docs/architecture.md#tracing).
+	links := make([]trace.Link, len(batch))
+	for i, p := range batch {
+		links[i] = trace.Link{SpanContext: p.span.SpanContext()}
+		p.span.SetAttributes(attribute.String("claimflow.batch_id", in.BatchID))
+	}
+	ctx, span := tracing.Tracer().Start(context.Background(), "claim.batch", trace.WithLinks(links...), trace.WithAttributes(
+		attribute.String("claimflow.batch_id", in.BatchID), attribute.Int("claimflow.claims", len(batch)), attribute.Int("claimflow.desk", k)))
+	defer span.End()
+	ctx, cancel := context.WithTimeout(ctx, b.timeout)
 	defer cancel()
 	call := time.Now()
 	b.metrics.batchStarted(call, submitted)
@@ -305,6 +332,7 @@ func (b *claimBatcher) flush(k int, batch []*pendingClaim) {
 	})
 	switch {
 	case err != nil:
+		span.SetStatus(codes.Error, err.Error())
 		answer(claimResult{workflowID: run.workflowID, runID: run.runID,
 			err: fmt.Errorf("batch %s of %d claims on desk %d: %w", in.BatchID, len(batch), k, err)}, nil)
 	case len(decisions) != len(batch):

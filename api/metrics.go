@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/claimflow/claimflow/internal/buckets"
 	"github.com/claimflow/claimflow/internal/store"
 	"github.com/gin-gonic/gin"
@@ -93,7 +95,17 @@ func (m *metrics) middleware(c *gin.Context) {
 		route = "unmatched" // keep unknown paths from exploding the label set
 	}
 	m.requests.WithLabelValues(route, c.Request.Method, strconv.Itoa(c.Writer.Status())).Inc()
-	m.latency.WithLabelValues(route, c.Request.Method).Observe(time.Since(began).Seconds())
+	obs := m.latency.WithLabelValues(route, c.Request.Method)
+	took := time.Since(began).Seconds()
+	// A sampled request's latency carries its trace as an exemplar: a
+	// Grafana latency panel links from the point to the trace.
+	if sc := trace.SpanContextFromContext(c.Request.Context()); sc.IsSampled() {
+		if eo, ok := obs.(prometheus.ExemplarObserver); ok {
+			eo.ObserveWithExemplar(took, prometheus.Labels{"trace_id": sc.TraceID().String()})
+			return
+		}
+	}
+	obs.Observe(took)
 }
 
 func (m *metrics) decided(workflow, status, refusal string) {
@@ -140,6 +152,6 @@ func (m *metrics) answered(decided time.Time) {
 }
 
 func metricsHandler(g prometheus.Gatherer) gin.HandlerFunc {
-	h := promhttp.HandlerFor(g, promhttp.HandlerOpts{})
+	h := promhttp.HandlerFor(g, promhttp.HandlerOpts{EnableOpenMetrics: true}) // exemplars need OpenMetrics
 	return func(c *gin.Context) { h.ServeHTTP(c.Writer, c.Request) }
 }

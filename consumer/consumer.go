@@ -24,7 +24,11 @@ import (
 
 	"github.com/claimflow/claimflow/internal/config"
 	"github.com/claimflow/claimflow/internal/kafka"
+	"github.com/claimflow/claimflow/internal/tracing"
 	"github.com/claimflow/claimflow/workflows"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // WorkflowStarter is the part of the Temporal client the consumer uses.
@@ -405,12 +409,34 @@ func (c *Consumer) apply(s sarama.ConsumerGroupSession, batch []*sarama.Consumer
 	}()
 	c.stats.records.Add(int64(len(batch)))
 
+	// Each record continues the trace that produced it; the batch's span,
+	// under which the lookups, the webhook call and the insert run, links
+	// to them all.
+	records := make([]trace.Span, 0, len(batch))
+	links := make([]trace.Link, 0, len(batch))
+	defer func() {
+		for _, sp := range records {
+			sp.End()
+		}
+	}()
+	for _, m := range batch {
+		_, sp := tracing.Tracer().Start(tracing.Extract(ctx, m), "kafka.consume "+m.Topic, trace.WithSpanKind(trace.SpanKindConsumer),
+			trace.WithAttributes(attribute.String("messaging.system", "kafka"), attribute.String("messaging.destination.name", m.Topic),
+				attribute.Int("messaging.kafka.partition", int(m.Partition)), attribute.Int64("messaging.kafka.offset", m.Offset)))
+		records = append(records, sp)
+		links = append(links, trace.Link{SpanContext: sp.SpanContext()})
+	}
+	ctx, batchSpan := tracing.Tracer().Start(ctx, "consumer.batch", trace.WithLinks(links...),
+		trace.WithAttributes(attribute.Int("claimflow.records", len(batch))))
+	defer batchSpan.End()
+
 	// Identify the events; a second copy of an event within the batch (the
 	// publisher's retry after a lost ack) is the same event.
 	events := make([]workflows.ConsumedEvent, 0, len(batch))
 	seen := make(map[string]bool, len(batch))
-	for _, m := range batch {
+	for i, m := range batch {
 		if err := kafka.Verify(c.cfg.EventKey, m); err != nil {
+			records[i].SetStatus(codes.Error, err.Error())
 			// Anyone who can write to the topic could have written it:
 			// nothing it says is acted on.
 			c.stats.rejected.Add(1)
@@ -420,6 +446,7 @@ func (c *Consumer) apply(s sarama.ConsumerGroupSession, batch []*sarama.Consumer
 			continue
 		}
 		ev := kafka.ParseEvent(m)
+		records[i].SetAttributes(attribute.String("claimflow.event_id", ev.EventID), attribute.String("claimflow.event_type", ev.EventType))
 		if seen[ev.EventID] {
 			c.stats.skipped.Add(1)
 			continue

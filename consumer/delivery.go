@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/IBM/sarama"
@@ -18,6 +19,7 @@ import (
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/claimflow/claimflow/internal/tracing"
 	"github.com/claimflow/claimflow/workflows"
 )
 
@@ -127,13 +129,17 @@ func (s *Sink) client() *http.Client {
 	if s.Client != nil {
 		return s.Client
 	}
-	return defaultWebhookClient
+	return defaultWebhookClient()
 }
 
-var defaultWebhookClient = &http.Client{
-	Timeout:   10 * time.Second,
-	Transport: &http.Transport{MaxIdleConnsPerHost: 64, IdleConnTimeout: 90 * time.Second},
-}
+// defaultWebhookClient is made at first use, when tracing's settings are
+// known.
+var defaultWebhookClient = sync.OnceValue(func() *http.Client {
+	return &http.Client{
+		Timeout:   10 * time.Second,
+		Transport: tracing.Transport(&http.Transport{MaxIdleConnsPerHost: 64, IdleConnTimeout: 90 * time.Second}),
+	}
+})
 
 // Where an event stands before the consumer applies it.
 const (

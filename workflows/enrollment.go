@@ -33,6 +33,10 @@ type EnrollmentInput struct {
 	Waitlist bool `json:",omitempty"`
 	// BatchID names the batch that decided the claim; a desk sets it.
 	BatchID string `json:",omitempty"`
+	// TraceParent is the W3C traceparent of the claim's wait in the API,
+	// set when tracing is on: the activities that decide the claim link
+	// their spans to it, whichever run's trace they belong to.
+	TraceParent string `json:",omitempty"`
 	// OccurredAt is the time on the claim's events: its batch's
 	// CollectedAt, set by the desk and recorded with the reservation, so
 	// every copy of an event carries the same payload whichever run sends

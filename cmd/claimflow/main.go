@@ -26,10 +26,12 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/claimflow/claimflow/cmd/internal/services"
 	appconfig "github.com/claimflow/claimflow/internal/config"
 	"github.com/claimflow/claimflow/internal/memtrim"
+	"github.com/claimflow/claimflow/internal/tracing"
 )
 
 const usage = `usage: claimflow <command> [flags]
@@ -77,7 +79,9 @@ func main() {
 	if cfg.LogFormat == "text" {
 		handler = slog.NewTextHandler(os.Stderr, opts)
 	}
-	log := slog.New(handler)
+	// A line logged inside a traced request, activity or delivery carries
+	// its trace_id and span_id.
+	log := slog.New(tracing.LogHandler(handler))
 	slog.SetDefault(log)
 
 	switch cmd {
@@ -85,6 +89,17 @@ func main() {
 		// Long-running services return a burst's freed heap once quiet
 		// (docs/operations.md#memory).
 		go memtrim.Run(ctx, memtrim.Options{Log: log})
+		// Traces go where OTEL_* says; with none set, nowhere, at no cost.
+		shutdown, err := tracing.Setup(ctx, "claimflow-"+cmd)
+		if err != nil {
+			log.Error(cmd+" failed", "error", err)
+			os.Exit(1)
+		}
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = shutdown(sctx)
+		}()
 	}
 	err = run(ctx, cfg, log, cmd, args, os.Stdout, os.Stderr)
 	if errors.Is(err, flag.ErrHelp) {

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -107,6 +108,9 @@ func StartTemporal(ctx context.Context, o TemporalOptions) (*TemporalServer, err
 	fmt.Fprintf(logf, "\n=== %s devstack: starting temporal dev server on %s ===\n", time.Now().Format(time.RFC3339), addr)
 
 	cmd := exec.Command(o.Binary, o.args(attrs)...)
+	// The server reads OTEL_* too, and refuses to start on an exporter it
+	// does not know: the application's tracing settings are not its own.
+	cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "OTEL_") })
 	cmd.Stdout = logf
 	cmd.Stderr = logf
 	cmd.SysProcAttr = groupAttr()

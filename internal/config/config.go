@@ -156,6 +156,11 @@ var variables = []variable{
 	{"MAX_INFLIGHT_CLAIMS", strconv.Itoa(DefaultMaxInflightClaims), "requests waiting on Temporal at once"},
 	{"VENDOR_PAYOUT_URL", "http://127.0.0.1:8090/payouts", "vendors' payout API"},
 	{"PAYOUT_TIMEOUT", "5s", "bound of one payout call (at most 15s)"},
+	{"OTEL_EXPORTER_OTLP_ENDPOINT", "", "OTLP collector to send traces to (unset, with OTEL_TRACES_EXPORTER unset: no tracing, at no cost); read by the OpenTelemetry SDK"},
+	{"OTEL_SERVICE_NAME", "", "service name on the traces (unset: claimflow-<command>)"},
+	{"OTEL_TRACES_SAMPLER", "", "OpenTelemetry sampler, e.g. parentbased_traceidratio (unset: parentbased_always_on)"},
+	{"OTEL_TRACES_SAMPLER_ARG", "", "the sampler's argument, e.g. 0.01"},
+	{"OTEL_TRACES_EXPORTER", "", "otlp, console or none (unset: otlp when an endpoint is set)"},
 	{"EVENT_SIGNING_KEY", "", "key (at least 32 bytes) workers sign events with and consumers verify them with; required by both"},
 	{"CONSUMER_TOPICS", strings.Join(kafka.EventTopicNames(), ","), "topics the consumer reads"},
 	{"CONSUMER_GROUP", "claimflow-notifications", "the consumer's group"},
@@ -337,6 +342,11 @@ func load(lookup func(string) (string, bool)) (Config, error) {
 		c.TemporalUIURL = ""
 	}
 	_ = e.get("TEMPORAL_CLI") // read by dev/devstack; listed here so deployments may set it
+	// Read by the OpenTelemetry SDK (internal/tracing); listed here so
+	// deployments may set them.
+	for _, name := range []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_SERVICE_NAME", "OTEL_TRACES_SAMPLER", "OTEL_TRACES_SAMPLER_ARG", "OTEL_TRACES_EXPORTER"} {
+		_ = e.get(name)
+	}
 	if err := loadDatabase(e, &c); err != nil {
 		return c, err
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -12,12 +13,16 @@ import (
 // checks that it answers. Every pool of claimflow's tables opens here, the
 // bench's included, so they all meet the tables with the same planner
 // setting.
-func Open(ctx context.Context, databaseURL string, maxConns int32) (*pgxpool.Pool, error) {
+func Open(ctx context.Context, databaseURL string, maxConns int32, tracer ...pgx.QueryTracer) (*pgxpool.Pool, error) {
 	pc, err := pgxpool.ParseConfig(databaseURL)
 	if err != nil {
 		return nil, fmt.Errorf("DATABASE_URL: %w", err)
 	}
 	pc.MaxConns = maxConns
+	if len(tracer) > 0 {
+		// Traces every statement (services.OpenDB, when tracing is on).
+		pc.ConnConfig.Tracer = tracer[0]
+	}
 	// The batch statements look rows up by "= ANY($1)" with hundreds of IDs.
 	// A generic plan cached while a table was small (or before autovacuum
 	// ever analyzed it) scans the whole table on every call, and stays

@@ -28,7 +28,10 @@ import (
 	"github.com/claimflow/claimflow/internal/kafka"
 	"github.com/claimflow/claimflow/internal/store"
 	"github.com/claimflow/claimflow/internal/temporalconn"
+	"github.com/claimflow/claimflow/internal/tracing"
 	"github.com/claimflow/claimflow/worker"
+	"github.com/exaring/otelpgx"
+	temporalotel "go.temporal.io/sdk/contrib/opentelemetry"
 )
 
 // KafkaConfig is the Kafka client configuration of cfg for clientID.
@@ -39,6 +42,9 @@ func KafkaConfig(cfg config.Config, clientID string) kafka.Config {
 // OpenDB opens a pool of at most maxConns connections to cfg.DatabaseURL
 // and checks that it answers (store.Open).
 func OpenDB(ctx context.Context, cfg config.Config, maxConns int32) (*pgxpool.Pool, error) {
+	if tracing.Configured() {
+		return store.Open(ctx, cfg.DatabaseURL, maxConns, otelpgx.NewTracer(otelpgx.WithTrimSQLInSpanName()))
+	}
 	return store.Open(ctx, cfg.DatabaseURL, maxConns)
 }
 
@@ -54,7 +60,18 @@ func DialTemporal(ctx context.Context, cfg config.Config, log *slog.Logger, tel 
 	if tel != nil {
 		retries = tel.ClosingRetries
 	}
+	var interceptors []interceptor.ClientInterceptor
+	if tracing.Configured() {
+		// Carries the trace through Temporal's headers into the workflows
+		// and their activities.
+		ti, err := temporalotel.NewTracingInterceptor(temporalotel.TracerOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("Temporal tracing interceptor: %w", err)
+		}
+		interceptors = append(interceptors, ti)
+	}
 	return temporalconn.Dial(ctx, cfg, client.Options{
+		Interceptors: interceptors,
 		ConnectionOptions: client.ConnectionOptions{
 			GrpcCompression: compression,
 			// Appended to the SDK's interceptors, so innermost: it sees

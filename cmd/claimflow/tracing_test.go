@@ -1,0 +1,220 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/propagation"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/claimflow/claimflow/workflows"
+)
+
+// TestOneClaimsTrace follows one enrollment through the whole stack with
+// tracing on: the HTTP request, its wait in the batcher, the batch (linked
+// to the wait) and its update to the desk, the desk's workflow, ReserveSeats
+// with its SQL, the Kafka produce, the record consumed (continuing the
+// produce's trace through the traceparent header), and the consumer's
+// batch (linked to the record) with the notification's insert and the
+// webhook call. It prints the claim's span trees.
+func TestOneClaimsTrace(t *testing.T) {
+	if testing.Short() {
+		t.Skip("integration tests start the real stack; skipped with -short")
+	}
+	// Tracing on (internal/tracing.Configured), spans to memory.
+	t.Setenv("OTEL_TRACES_EXPORTER", "console")
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	prevTP, prevProp := otel.GetTracerProvider(), otel.GetTextMapPropagator()
+	otel.SetTracerProvider(tp)
+	otel.SetTextMapPropagator(propagation.TraceContext{})
+	t.Cleanup(func() { otel.SetTracerProvider(prevTP); otel.SetTextMapPropagator(prevProp) })
+
+	s := testStack(t, dataDir(t))
+	c := newAPIClient(t, s)
+	c.must("POST", "/v1/courses", map[string]any{"id": "trace101", "title": "Traced", "capacity": 3}, http.StatusCreated)
+	// A first claim starts the desk run; the traced one is a later batch of
+	// that run, as almost every claim is.
+	c.must("POST", "/v1/courses/trace101/enrollments?wait=confirmed", map[string]any{"student_id": "first"}, http.StatusCreated)
+	e := c.must("POST", "/v1/courses/trace101/enrollments?wait=confirmed", map[string]any{"student_id": "tess"}, http.StatusCreated)
+	enrollmentID := e["id"].(string)
+	eventID := workflows.EventID(enrollmentID, workflows.EventEnrollmentConfirmed)
+
+	byID := map[trace.SpanID]tracetest.SpanStub{}
+	var claim tracetest.SpanStub
+	find := func(cond func(tracetest.SpanStub) bool) (tracetest.SpanStub, bool) {
+		for _, sp := range byID {
+			if cond(sp) {
+				return sp, true
+			}
+		}
+		return tracetest.SpanStub{}, false
+	}
+	attr := func(sp tracetest.SpanStub, key string) string {
+		for _, a := range sp.Attributes {
+			if string(a.Key) == key {
+				return a.Value.Emit()
+			}
+		}
+		return ""
+	}
+	linksTo := func(sp tracetest.SpanStub, target trace.SpanContext) bool {
+		return slices.ContainsFunc(sp.Links, func(l sdktrace.Link) bool { return l.SpanContext.SpanID() == target.SpanID() })
+	}
+	var batch, consume, consumerBatch tracetest.SpanStub
+	waitFor(t, 30*time.Second, "the claim's spans, through the consumer's batch", func() bool {
+		_ = tp.ForceFlush(context.Background())
+		for _, sp := range exp.GetSpans() {
+			byID[sp.SpanContext.SpanID()] = sp
+		}
+		var ok bool
+		if claim, ok = find(func(sp tracetest.SpanStub) bool {
+			return sp.Name == "claim.wait" && attr(sp, "claimflow.enrollment_id") == enrollmentID
+		}); !ok {
+			return false
+		}
+		if batch, ok = find(func(sp tracetest.SpanStub) bool { return sp.Name == "claim.batch" && linksTo(sp, claim.SpanContext) }); !ok {
+			return false
+		}
+		if consume, ok = find(func(sp tracetest.SpanStub) bool {
+			return strings.HasPrefix(sp.Name, "kafka.consume") && attr(sp, "claimflow.event_id") == eventID
+		}); !ok {
+			return false
+		}
+		consumerBatch, ok = find(func(sp tracetest.SpanStub) bool { return sp.Name == "consumer.batch" && linksTo(sp, consume.SpanContext) })
+		return ok
+	})
+
+	// The request's trace: the HTTP span, and the claim's wait under it.
+	req, ok := byID[claim.Parent.SpanID()]
+	if !ok || !strings.Contains(req.Name, "/v1/courses/:id/enrollments") {
+		t.Errorf("the claim's wait has parent %q, want the HTTP request's span", req.Name)
+	}
+	if got := attr(claim, "claimflow.batch_id"); got == "" || got != attr(batch, "claimflow.batch_id") {
+		t.Errorf("the claim's wait names batch %q, the batch span %q", got, attr(batch, "claimflow.batch_id"))
+	}
+	if got := attr(claim, "claimflow.outcome"); got != string(workflows.StatusConfirmed) && got != string(workflows.StatusReserved) {
+		t.Errorf("the claim's wait has outcome %q", got)
+	}
+	// The batch's trace runs through Temporal into the consumer.
+	tree := func(root tracetest.SpanStub) []tracetest.SpanStub {
+		var out []tracetest.SpanStub
+		for _, sp := range byID {
+			if sp.SpanContext.TraceID() == root.SpanContext.TraceID() {
+				out = append(out, sp)
+			}
+		}
+		return out
+	}
+	names := func(spans []tracetest.SpanStub) []string {
+		var out []string
+		for _, sp := range spans {
+			out = append(out, sp.Name)
+		}
+		return out
+	}
+	// The desk is a long-running workflow: a batch is its update. The
+	// desk decides the batches queued meanwhile together, in its run's own
+	// trace, and ReserveSeats links to each claim's wait.
+	batchTrace := names(tree(batch))
+	for _, want := range []string{"UpdateWithStartWorkflow:decide-batch", "HandleUpdate:decide-batch"} {
+		if !slices.ContainsFunc(batchTrace, func(n string) bool { return strings.HasPrefix(n, want) }) {
+			t.Errorf("the batch's trace has no %q span; it has %v", want, batchTrace)
+		}
+	}
+	reserve, ok := find(func(sp tracetest.SpanStub) bool {
+		return strings.HasPrefix(sp.Name, "RunActivity:ReserveSeats") && linksTo(sp, claim.SpanContext)
+	})
+	if !ok {
+		t.Fatalf("no ReserveSeats span links to the claim's wait")
+	}
+	deskTrace := names(tree(reserve))
+	for _, want := range []string{"RunActivity:ReserveSeats", "RunActivity:PublishBatch", "kafka.produce " + workflows.EnrollmentTopic,
+		"kafka.consume " + workflows.EnrollmentTopic} {
+		if !slices.ContainsFunc(deskTrace, func(n string) bool { return strings.HasPrefix(n, want) }) {
+			t.Errorf("the desk run's trace has no %q span; it has %v", want, deskTrace)
+		}
+	}
+	if parent := byID[consume.Parent.SpanID()]; !strings.HasPrefix(parent.Name, "kafka.produce") {
+		t.Errorf("the record's span has parent %q, want the produce", parent.Name)
+	}
+	sql := 0
+	for _, sp := range tree(reserve) {
+		if p := byID[sp.Parent.SpanID()]; p.SpanContext.SpanID() == reserve.SpanContext.SpanID() && sp.SpanKind == trace.SpanKindClient {
+			sql++
+		}
+	}
+	if sql == 0 {
+		t.Errorf("ReserveSeats has no SQL spans under it")
+	}
+	consumerTrace := tree(consumerBatch)
+	if !slices.ContainsFunc(consumerTrace, func(sp tracetest.SpanStub) bool {
+		return sp.SpanKind == trace.SpanKindClient && strings.HasPrefix(sp.Name, "HTTP POST") || strings.HasPrefix(sp.Name, "POST")
+	}) {
+		t.Errorf("the consumer's batch has no webhook call; it has %v", names(consumerTrace))
+	}
+	if !slices.ContainsFunc(consumerTrace, func(sp tracetest.SpanStub) bool { return strings.Contains(strings.ToLower(sp.Name), "insert") }) {
+		t.Errorf("the consumer's batch has no notification insert; it has %v", names(consumerTrace))
+	}
+	// The desk run's trace from ReserveSeats' parent down (the run's own
+	// span ends only when the run does).
+	deskRoot := reserve
+	if p, ok := byID[reserve.Parent.SpanID()]; ok {
+		deskRoot = p
+	}
+	for _, root := range []tracetest.SpanStub{req, batch, deskRoot, consumerBatch} {
+		t.Logf("trace %s:\n%s", root.SpanContext.TraceID(), printTree(byID, root))
+	}
+}
+
+// printTree renders root and its descendants, one span a line, indented,
+// with their duration and links.
+func printTree(byID map[trace.SpanID]tracetest.SpanStub, root tracetest.SpanStub) string {
+	children := map[trace.SpanID][]tracetest.SpanStub{}
+	for _, sp := range byID {
+		if sp.SpanContext.TraceID() == root.SpanContext.TraceID() && sp.Parent.IsValid() {
+			children[sp.Parent.SpanID()] = append(children[sp.Parent.SpanID()], sp)
+		}
+	}
+	var b strings.Builder
+	// Spans whose parent was not exported (a workflow task's, say) are
+	// roots of their own, after root.
+	roots := []tracetest.SpanStub{root}
+	for _, sp := range byID {
+		if sp.SpanContext.TraceID() == root.SpanContext.TraceID() && sp.SpanContext.SpanID() != root.SpanContext.SpanID() {
+			if _, ok := byID[sp.Parent.SpanID()]; !ok {
+				roots = append(roots, sp)
+			}
+		}
+	}
+	sort.SliceStable(roots[1:], func(i, j int) bool { return roots[1+i].StartTime.Before(roots[1+j].StartTime) })
+	var walk func(sp tracetest.SpanStub, depth int)
+	walk = func(sp tracetest.SpanStub, depth int) {
+		links := ""
+		if n := len(sp.Links); n > 0 {
+			links = fmt.Sprintf(" (links: %d)", n)
+		}
+		fmt.Fprintf(&b, "%s%s %s%s\n", strings.Repeat("  ", depth), sp.Name, sp.EndTime.Sub(sp.StartTime).Round(10*time.Microsecond), links)
+		kids := children[sp.SpanContext.SpanID()]
+		sort.Slice(kids, func(i, j int) bool { return kids[i].StartTime.Before(kids[j].StartTime) })
+		for _, k := range kids {
+			walk(k, depth+1)
+		}
+	}
+	for i, r := range roots {
+		if i > 0 {
+			fmt.Fprintf(&b, "(parent %s not exported)\n", r.Parent.SpanID())
+		}
+		walk(r, 0)
+	}
+	return b.String()
+}
