@@ -1,6 +1,8 @@
 package main
 
 import (
+	"errors"
+
 	"github.com/claimflow/claimflow/cmd/internal/services"
 	appconfig "github.com/claimflow/claimflow/internal/config"
 
@@ -29,6 +31,7 @@ func runDev(ctx context.Context, cfg appconfig.Config, log *slog.Logger, args []
 	fs.IntVar(&o.KafkaPort, "kafka-port", devPorts.Kafka, "Kafka (kfake) port")
 	fs.IntVar(&o.PGPort, "pg-port", devPorts.PG, "port of the private PostgreSQL cluster (unused when DATABASE_URL is set)")
 	fs.StringVar(&o.PGBin, "pg-bin", "", "bin directory of the PostgreSQL server to run (initdb, pg_ctl, postgres); default: one on PATH or in /usr/lib/postgresql/*/bin, else a build downloaded once into the user cache")
+	fs.BoolVar(&o.PGTLS, "pg-tls", false, "serve the private PostgreSQL over TLS only, with a CA generated into its data dir; the URLs handed out use sslmode=verify-full (not with --shape cluster, whose Temporal server connects in plaintext)")
 	fs.IntVar(&o.PayoutPort, "payout-port", services.Simulators["payoutsim"], "port of the payout simulator (unused when VENDOR_PAYOUT_URL is set)")
 	fs.IntVar(&o.NotifyPort, "notify-port", services.Simulators["notifysim"], "port of the notification webhook simulator (unused when NOTIFY_WEBHOOK_URL is set)")
 	fs.BoolVar(&o.InsecureNoAuth, "insecure-no-auth", false, "serve the API without authentication, every request acting as an admin (never beyond a sandbox)")
@@ -48,6 +51,9 @@ func runDev(ctx context.Context, cfg appconfig.Config, log *slog.Logger, args []
 	switch *shape {
 	case "dev":
 	case "cluster":
+		if o.PGTLS {
+			return errors.New("--pg-tls is not for --shape cluster: its Temporal server connects to PostgreSQL in plaintext")
+		}
 		clusterDefaults(fs, &o)
 		return runCluster(ctx, cfg, log, o, r)
 	default:

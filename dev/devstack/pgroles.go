@@ -5,16 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/url"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // RoleURL connects to the cluster's database as role (trust
-// authentication on 127.0.0.1, so no password).
+// authentication on 127.0.0.1, so no password; over verified TLS with
+// PostgresOptions.TLS).
 func (p *Postgres) RoleURL(role string) string {
-	return fmt.Sprintf("postgres://%s@127.0.0.1:%d/%s?sslmode=disable", url.PathEscape(role), p.Port, url.PathEscape(p.Database))
+	return p.connURL(role, p.Database)
 }
 
 // ensureRoles gives the database its two roles, as deploy/postgres/init.sh

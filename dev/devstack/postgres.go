@@ -73,6 +73,13 @@ type PostgresOptions struct {
 	Progress io.Writer
 	// Settings are server settings (name=value), each passed as -c.
 	Settings []string
+	// TLS serves TCP over TLS only, as a managed PostgreSQL would: a CA
+	// and a server certificate for 127.0.0.1 and localhost, generated into
+	// DataDir once and reused (Postgres.CACert), and pg_hba rules that are
+	// all hostssl, so plaintext is refused. Every URL handed out (URL,
+	// RoleURL) then verifies the server: sslmode=verify-full&sslrootcert=.
+	// Off: plaintext, sslmode=disable.
+	TLS bool
 
 	build *pgBuild // tests: a build other than the pinned one
 }
@@ -81,7 +88,10 @@ type PostgresOptions struct {
 type Postgres struct {
 	// URL connects to Database as the superuser, e.g.
 	// postgres://claimflow@127.0.0.1:55432/claimflow?sslmode=disable
-	URL      string
+	URL string
+	// CACert, with PostgresOptions.TLS, is the PEM file of the CA that
+	// signed the server's certificate (the URLs' sslrootcert); else empty.
+	CACert   string
 	Port     int
 	Database string
 	DataDir  string
@@ -138,7 +148,6 @@ func StartPostgres(ctx context.Context, o PostgresOptions) (*Postgres, error) {
 		}
 	}
 	p := &Postgres{
-		URL:      pgURL(o.Port, o.Database),
 		Port:     o.Port,
 		Database: o.Database,
 		DataDir:  dataDir,
@@ -166,6 +175,12 @@ func StartPostgres(ctx context.Context, o PostgresOptions) (*Postgres, error) {
 			"pass --pg-bin with a PostgreSQL %d bin directory, or move %s away to start with an empty database",
 			dataDir, major, bins.Dir, bins.Origin, bins.Major, major, dataDir)
 	}
+	if o.TLS {
+		if err := p.setupTLS(ctx); err != nil {
+			return nil, err
+		}
+	}
+	p.URL = p.connURL(pgSuperuser, o.Database)
 
 	ready, err := p.adoptRunning(ctx)
 	if err != nil {
@@ -192,8 +207,15 @@ func StartPostgres(ctx context.Context, o PostgresOptions) (*Postgres, error) {
 	return p, nil
 }
 
-func pgURL(port int, db string) string {
-	return fmt.Sprintf("postgres://%s@127.0.0.1:%d/%s?sslmode=disable", pgSuperuser, port, url.PathEscape(db))
+// connURL connects to db as role: in plaintext, or with TLS on, verifying
+// the server's certificate and name against CACert as a client of a managed
+// PostgreSQL would (trust authentication on 127.0.0.1, so no password).
+func (p *Postgres) connURL(role, db string) string {
+	u := fmt.Sprintf("postgres://%s@127.0.0.1:%d/%s?", url.PathEscape(role), p.Port, url.PathEscape(db))
+	if p.CACert == "" {
+		return u + "sslmode=disable"
+	}
+	return u + "sslmode=verify-full&sslrootcert=" + url.QueryEscape(p.CACert)
 }
 
 func (p *Postgres) initdb(ctx context.Context) error {
@@ -217,7 +239,8 @@ func (p *Postgres) initdb(ctx context.Context) error {
 // adoptRunning deals with a postmaster.pid left in DataDir, typically by a
 // crashed `claimflow dev` (pg_ctl daemonizes the server, so it survives us)
 // or by a reboot. A live server that answers on our port is reused; a live
-// one on another port is restarted with our settings.
+// one on another port, or not serving TLS as asked (or serving it when not
+// asked), is restarted with our settings.
 func (p *Postgres) adoptRunning(ctx context.Context) (bool, error) {
 	pidFile := filepath.Join(p.DataDir, "postmaster.pid")
 	switch state, pid := p.postmasterState(ctx); state {
@@ -252,7 +275,7 @@ func (p *Postgres) adoptRunning(ctx context.Context) (bool, error) {
 		p.Reused = true
 		return true, nil
 	}
-	slog.WarnContext(ctx, "postgres runs on this data dir but does not answer on the wanted port; restarting it", "data", p.DataDir, "port", p.Port, "err", err)
+	slog.WarnContext(ctx, "postgres runs on this data dir but does not answer on the wanted port (or not with the wanted TLS); restarting it", "data", p.DataDir, "port", p.Port, "err", err)
 	if err := p.Stop(ctx); err != nil {
 		return false, err
 	}
@@ -260,9 +283,10 @@ func (p *Postgres) adoptRunning(ctx context.Context) (bool, error) {
 }
 
 // servesDataDir checks that the server answering on our port is the one
-// running on our data dir, not an unrelated cluster that took the port.
+// running on our data dir, not an unrelated cluster that took the port; with
+// TLS, that it presents our certificate.
 func (p *Postgres) servesDataDir(ctx context.Context) error {
-	conn, err := pgx.Connect(ctx, pgURL(p.Port, "postgres"))
+	conn, err := pgx.Connect(ctx, p.connURL(pgSuperuser, "postgres"))
 	if err != nil {
 		return err
 	}
@@ -426,7 +450,7 @@ func (p *Postgres) waitReady(ctx context.Context) error {
 	err := poll(ctx, 50*time.Millisecond, func(ctx context.Context) error {
 		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
-		return pingURL(pctx, pgURL(p.Port, "postgres"))
+		return pingURL(pctx, p.connURL(pgSuperuser, "postgres"))
 	})
 	if err != nil {
 		return withTail(fmt.Errorf("postgres on 127.0.0.1:%d never accepted queries: %w", p.Port, err), p.LogFile)
@@ -435,7 +459,7 @@ func (p *Postgres) waitReady(ctx context.Context) error {
 }
 
 func (p *Postgres) ensureDatabase(ctx context.Context, db string) error {
-	conn, err := pgx.Connect(ctx, pgURL(p.Port, "postgres"))
+	conn, err := pgx.Connect(ctx, p.connURL(pgSuperuser, "postgres"))
 	if err != nil {
 		return fmt.Errorf("connect to postgres to create database %q: %w", db, err)
 	}

@@ -52,6 +52,8 @@ type StackOptions struct {
 	MetricsPort int
 	// PGSettings are settings of the private PostgreSQL (name=value).
 	PGSettings []string
+	// PGTLS serves the private PostgreSQL over TLS only (--pg-tls).
+	PGTLS bool
 	// NoMigrate leaves `claimflow migrate` to a process of its own.
 	NoMigrate bool
 	// Headless skips the Temporal Web UI (tests).
@@ -187,6 +189,7 @@ func StartStack(ctx context.Context, base config.Config, log *slog.Logger, o Sta
 			OwnerRole:   config.DefaultOwnerRole,
 			RuntimeRole: s.Config.RuntimeRole,
 			Settings:    o.PGSettings,
+			TLS:         o.PGTLS,
 		})
 		if err != nil {
 			return s, err
