@@ -90,7 +90,9 @@ func TestOneClaimsTrace(t *testing.T) {
 		}); !ok {
 			return false
 		}
-		consumerBatch, ok = find(func(sp tracetest.SpanStub) bool { return sp.Name == "consumer.batch" && linksTo(sp, consume.SpanContext) })
+		consumerBatch, ok = find(func(sp tracetest.SpanStub) bool {
+			return sp.Name == "consumer.batch" && linksTo(sp, consume.SpanContext)
+		})
 		return ok
 	})
 
