@@ -14,9 +14,11 @@ import (
 // records carry its context in their traceparent header, so the
 // consumer's spans continue this trace.
 func produceSpan(ctx context.Context, topic string, n int) (context.Context, trace.Span) {
-	return tracing.Tracer().Start(ctx, "kafka.produce "+topic, trace.WithSpanKind(trace.SpanKindProducer),
-		trace.WithAttributes(attribute.String("messaging.system", "kafka"), attribute.String("messaging.destination.name", topic),
-			attribute.Int("messaging.batch.message_count", n)))
+	return tracing.Start(ctx, "kafka.produce "+topic, func() []trace.SpanStartOption {
+		return []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindProducer),
+			trace.WithAttributes(attribute.String("messaging.system", "kafka"), attribute.String("messaging.destination.name", topic),
+				attribute.Int("messaging.batch.message_count", n))}
+	})
 }
 
 func endSpan(span trace.Span, err error) {

@@ -138,7 +138,7 @@ func New(cfg Config) *Handler {
 	// the fallback its Done and Deadline are the request's, so the
 	// deadline the bound middleware sets reaches every call.
 	r.ContextWithFallback = true
-	if tracing.Configured() {
+	if tracing.On() {
 		// The request's span comes first, so the metrics' exemplars and the
 		// access log carry its trace.
 		r.Use(otelgin.Middleware("claimflow-api"))

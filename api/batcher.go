@@ -142,16 +142,19 @@ func (b *claimBatcher) close() { close(b.done) }
 // it may still be decided (a retry of the request then learns
 // already_enrolled with the ID).
 func (b *claimBatcher) submit(ctx context.Context, in workflows.EnrollmentInput) (r claimResult, err error) {
-	ctx, span := tracing.Tracer().Start(ctx, "claim.wait", trace.WithAttributes(
-		attribute.String("claimflow.course_id", in.CourseID), attribute.String("claimflow.student_id", in.StudentID),
-		attribute.String("claimflow.enrollment_id", in.EnrollmentID)))
-	defer func() {
-		span.SetAttributes(attribute.String("claimflow.outcome", string(r.decision.Status)))
-		if err != nil {
-			span.SetStatus(codes.Error, err.Error())
-		}
-		span.End()
-	}()
+	ctx, span := tracing.Start(ctx, "claim.wait", func() []trace.SpanStartOption {
+		return []trace.SpanStartOption{trace.WithAttributes(attribute.String("claimflow.course_id", in.CourseID),
+			attribute.String("claimflow.student_id", in.StudentID), attribute.String("claimflow.enrollment_id", in.EnrollmentID))}
+	})
+	if span.IsRecording() {
+		defer func() {
+			span.SetAttributes(attribute.String("claimflow.outcome", string(r.decision.Status)))
+			if err != nil {
+				span.SetStatus(codes.Error, err.Error())
+			}
+			span.End()
+		}()
+	}
 	in.TraceParent = tracing.TraceParent(ctx)
 	p := &pendingClaim{in: in, submitted: time.Now(), reply: make(chan claimResult, 1), run: make(chan deskRun, 1), span: span}
 	select {
@@ -307,13 +310,15 @@ func (b *claimBatcher) flush(k int, batch []*pendingClaim) {
 	}
 	// The batch belongs to no single request, so no request's context; its
 	// span links to each claim's wait (docs/architecture.md#tracing).
-	links := make([]trace.Link, len(batch))
-	for i, p := range batch {
-		links[i] = trace.Link{SpanContext: p.span.SpanContext()}
-		p.span.SetAttributes(attribute.String("claimflow.batch_id", in.BatchID))
-	}
-	ctx, span := tracing.Tracer().Start(context.Background(), "claim.batch", trace.WithLinks(links...), trace.WithAttributes(
-		attribute.String("claimflow.batch_id", in.BatchID), attribute.Int("claimflow.claims", len(batch)), attribute.Int("claimflow.desk", k)))
+	ctx, span := tracing.Start(context.Background(), "claim.batch", func() []trace.SpanStartOption {
+		links := make([]trace.Link, len(batch))
+		for i, p := range batch {
+			links[i] = trace.Link{SpanContext: p.span.SpanContext()}
+			p.span.SetAttributes(attribute.String("claimflow.batch_id", in.BatchID))
+		}
+		return []trace.SpanStartOption{trace.WithLinks(links...), trace.WithAttributes(attribute.String("claimflow.batch_id", in.BatchID),
+			attribute.Int("claimflow.claims", len(batch)), attribute.Int("claimflow.desk", k))}
+	})
 	defer span.End()
 	ctx, cancel := context.WithTimeout(ctx, b.timeout)
 	defer cancel()

@@ -412,23 +412,28 @@ func (c *Consumer) apply(s sarama.ConsumerGroupSession, batch []*sarama.Consumer
 	// Each record continues the trace that produced it; the batch's span,
 	// under which the lookups, the webhook call and the insert run, links
 	// to them all.
-	records := make([]trace.Span, 0, len(batch))
-	links := make([]trace.Link, 0, len(batch))
-	defer func() {
-		for _, sp := range records {
-			sp.End()
-		}
-	}()
-	for _, m := range batch {
-		_, sp := tracing.Tracer().Start(tracing.Extract(ctx, m), "kafka.consume "+m.Topic, trace.WithSpanKind(trace.SpanKindConsumer),
-			trace.WithAttributes(attribute.String("messaging.system", "kafka"), attribute.String("messaging.destination.name", m.Topic),
-				attribute.Int("messaging.kafka.partition", int(m.Partition)), attribute.Int64("messaging.kafka.offset", m.Offset)))
-		records = append(records, sp)
-		links = append(links, trace.Link{SpanContext: sp.SpanContext()})
+	records := make([]trace.Span, len(batch))
+	for i := range records {
+		records[i] = trace.SpanFromContext(context.Background()) // no-op
 	}
-	ctx, batchSpan := tracing.Tracer().Start(ctx, "consumer.batch", trace.WithLinks(links...),
-		trace.WithAttributes(attribute.Int("claimflow.records", len(batch))))
-	defer batchSpan.End()
+	if tracing.On() {
+		links := make([]trace.Link, len(batch))
+		for i, m := range batch {
+			_, records[i] = tracing.Tracer().Start(tracing.Extract(ctx, m), "kafka.consume "+m.Topic, trace.WithSpanKind(trace.SpanKindConsumer),
+				trace.WithAttributes(attribute.String("messaging.system", "kafka"), attribute.String("messaging.destination.name", m.Topic),
+					attribute.Int("messaging.kafka.partition", int(m.Partition)), attribute.Int64("messaging.kafka.offset", m.Offset)))
+			links[i] = trace.Link{SpanContext: records[i].SpanContext()}
+		}
+		defer func() {
+			for _, sp := range records {
+				sp.End()
+			}
+		}()
+		var batchSpan trace.Span
+		ctx, batchSpan = tracing.Tracer().Start(ctx, "consumer.batch", trace.WithLinks(links...),
+			trace.WithAttributes(attribute.Int("claimflow.records", len(batch))))
+		defer batchSpan.End()
+	}
 
 	// Identify the events; a second copy of an event within the batch (the
 	// publisher's retry after a lost ack) is the same event.
@@ -446,7 +451,9 @@ func (c *Consumer) apply(s sarama.ConsumerGroupSession, batch []*sarama.Consumer
 			continue
 		}
 		ev := kafka.ParseEvent(m)
-		records[i].SetAttributes(attribute.String("claimflow.event_id", ev.EventID), attribute.String("claimflow.event_type", ev.EventType))
+		if records[i].IsRecording() {
+			records[i].SetAttributes(attribute.String("claimflow.event_id", ev.EventID), attribute.String("claimflow.event_type", ev.EventType))
+		}
 		if seen[ev.EventID] {
 			c.stats.skipped.Add(1)
 			continue

@@ -10,12 +10,11 @@ import (
 	"testing"
 	"time"
 
-	"go.opentelemetry.io/otel"
-	"go.opentelemetry.io/otel/propagation"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/claimflow/claimflow/internal/tracing"
 	"github.com/claimflow/claimflow/workflows"
 )
 
@@ -30,14 +29,11 @@ func TestOneClaimsTrace(t *testing.T) {
 	if testing.Short() {
 		t.Skip("integration tests start the real stack; skipped with -short")
 	}
-	// Tracing on (internal/tracing.Configured), spans to memory.
-	t.Setenv("OTEL_TRACES_EXPORTER", "console")
+	// Tracing on, spans to memory, for this test's stack alone.
 	exp := tracetest.NewInMemoryExporter()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
-	prevTP, prevProp := otel.GetTracerProvider(), otel.GetTextMapPropagator()
-	otel.SetTracerProvider(tp)
-	otel.SetTextMapPropagator(propagation.TraceContext{})
-	t.Cleanup(func() { otel.SetTracerProvider(prevTP); otel.SetTextMapPropagator(prevProp) })
+	restore := tracing.Use(tp)
+	t.Cleanup(restore)
 
 	s := testStack(t, dataDir(t))
 	c := newAPIClient(t, s)

@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync/atomic"
 
 	"github.com/IBM/sarama"
 	"go.opentelemetry.io/contrib/exporters/autoexport"
@@ -29,6 +30,37 @@ const Name = "github.com/claimflow/claimflow"
 
 // Tracer is claimflow's tracer, from the global provider.
 func Tracer() trace.Tracer { return otel.Tracer(Name) }
+
+// on is set once a tracer provider is installed (Setup, or Use in a
+// test): until then no claimflow code starts a span, builds attributes or
+// links, or installs an interceptor, so tracing off costs one atomic load.
+var on atomic.Bool
+
+// On reports whether spans are recorded.
+func On() bool { return on.Load() }
+
+// Use installs tp as the global provider with the W3C propagator and turns
+// tracing on: Setup's work without the exporter, for tests. restore turns
+// it off again and puts the previous provider back.
+func Use(tp trace.TracerProvider) (restore func()) {
+	prev := otel.GetTracerProvider()
+	otel.SetTracerProvider(tp)
+	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))
+	on.Store(true)
+	return func() {
+		on.Store(false)
+		otel.SetTracerProvider(prev)
+	}
+}
+
+// Start starts a span of claimflow's tracer when tracing is on; otherwise
+// it returns ctx and a no-op span without evaluating opts.
+func Start(ctx context.Context, name string, opts func() []trace.SpanStartOption) (context.Context, trace.Span) {
+	if !on.Load() {
+		return ctx, trace.SpanFromContext(context.Background())
+	}
+	return Tracer().Start(ctx, name, opts()...)
+}
 
 // Configured reports whether the environment asks for traces: an OTLP
 // endpoint, or an exporter other than none, and the SDK not disabled.
@@ -65,7 +97,7 @@ func Setup(ctx context.Context, service string) (shutdown func(context.Context) 
 	}
 	// The sampler is the SDK's default, which reads OTEL_TRACES_SAMPLER.
 	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
-	otel.SetTracerProvider(tp)
+	Use(tp)
 	return tp.Shutdown, nil
 }
 
@@ -126,11 +158,17 @@ func (c consumerHeaders) Keys() []string {
 // Inject writes ctx's trace context into m's headers (traceparent,
 // tracestate): the consumer's span continues the trace that produced it.
 func Inject(ctx context.Context, m *sarama.ProducerMessage) {
+	if !On() {
+		return
+	}
 	otel.GetTextMapPropagator().Inject(ctx, producerHeaders{m})
 }
 
 // Extract is the trace context m carries, on top of ctx.
 func Extract(ctx context.Context, m *sarama.ConsumerMessage) context.Context {
+	if !On() {
+		return ctx
+	}
 	return otel.GetTextMapPropagator().Extract(ctx, consumerHeaders{m})
 }
 
@@ -153,12 +191,20 @@ func (h logHandler) WithAttrs(as []slog.Attr) slog.Handler {
 func (h logHandler) WithGroup(name string) slog.Handler { return logHandler{h.Handler.WithGroup(name)} }
 
 // Transport traces the HTTP calls made through rt (the webhook, the
-// payout API) when tracing is configured, and is rt otherwise.
+// payout API) while tracing is on.
 func Transport(rt http.RoundTripper) http.RoundTripper {
-	if !Configured() {
-		return rt
+	return maybeTraced{plain: rt, traced: otelhttp.NewTransport(rt)}
+}
+
+// maybeTraced decides per call, so a client made before tracing was
+// turned on traces too.
+type maybeTraced struct{ plain, traced http.RoundTripper }
+
+func (m maybeTraced) RoundTrip(r *http.Request) (*http.Response, error) {
+	if On() {
+		return m.traced.RoundTrip(r)
 	}
-	return otelhttp.NewTransport(rt)
+	return m.plain.RoundTrip(r)
 }
 
 // TraceParent is ctx's span as a W3C traceparent, or "" without a valid,

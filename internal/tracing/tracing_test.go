@@ -8,8 +8,6 @@ import (
 	"testing"
 
 	"github.com/IBM/sarama"
-	"go.opentelemetry.io/otel"
-	"go.opentelemetry.io/otel/propagation"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 )
@@ -41,8 +39,7 @@ func TestConfigured(t *testing.T) {
 func TestTraceCrossesKafkaAndReachesTheLogs(t *testing.T) {
 	exp := tracetest.NewInMemoryExporter()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
-	otel.SetTracerProvider(tp)
-	otel.SetTextMapPropagator(propagation.TraceContext{})
+	t.Cleanup(Use(tp))
 	tr := tp.Tracer("test")
 
 	ctx, produce := tr.Start(context.Background(), "produce")

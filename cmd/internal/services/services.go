@@ -42,7 +42,7 @@ func KafkaConfig(cfg config.Config, clientID string) kafka.Config {
 // OpenDB opens a pool of at most maxConns connections to cfg.DatabaseURL
 // and checks that it answers (store.Open).
 func OpenDB(ctx context.Context, cfg config.Config, maxConns int32) (*pgxpool.Pool, error) {
-	if tracing.Configured() {
+	if tracing.On() {
 		return store.Open(ctx, cfg.DatabaseURL, maxConns, otelpgx.NewTracer(otelpgx.WithTrimSQLInSpanName()))
 	}
 	return store.Open(ctx, cfg.DatabaseURL, maxConns)
@@ -61,7 +61,7 @@ func DialTemporal(ctx context.Context, cfg config.Config, log *slog.Logger, tel 
 		retries = tel.ClosingRetries
 	}
 	var interceptors []interceptor.ClientInterceptor
-	if tracing.Configured() {
+	if tracing.On() {
 		// Carries the trace through Temporal's headers into the workflows
 		// and their activities.
 		ti, err := temporalotel.NewTracingInterceptor(temporalotel.TracerOptions{})
