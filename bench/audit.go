@@ -305,21 +305,15 @@ func (e *eventCopies) add(value []byte) {
 // message key is the course ID), per enrollment. bad counts events of those
 // courses whose event_id is not the one derived from enrollment and type.
 func confirmedEvents(ctx context.Context, kcfg kafka.Config, topic, prefix string) (map[string]*eventCopies, int, error) {
-	cfg := sarama.NewConfig()
-	version := kcfg.Version
-	if version == "" {
-		version = kafka.DefaultVersion
-	}
-	v, err := sarama.ParseKafkaVersion(version)
+	kcfg.ClientID = "claimflow-bench-audit"
+	cfg, err := kafka.SaramaConfig(kcfg)
 	if err != nil {
-		return nil, 0, fmt.Errorf("KAFKA_VERSION %q: %w", version, err)
+		return nil, 0, err
 	}
-	cfg.Version = v
-	cfg.ClientID = "claimflow-bench-audit"
 	cfg.Consumer.Fetch.Default = 4 << 20
 	client, err := sarama.NewClient(kcfg.Brokers, cfg)
 	if err != nil {
-		return nil, 0, fmt.Errorf("connect to Kafka %v: %w", kcfg.Brokers, err)
+		return nil, 0, fmt.Errorf("connect to Kafka %v: %w", kcfg.Brokers, kafka.Explain(kcfg, cfg, err))
 	}
 	defer client.Close()
 	consumer, err := sarama.NewConsumerFromClient(client)

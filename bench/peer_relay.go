@@ -33,9 +33,9 @@ type relay struct {
 }
 
 func startRelay(o PeerOptions) (*relay, error) {
-	producer, err := kafka.NewProducer(kafka.Config{
-		Brokers: o.Kafka.Brokers, Version: o.Kafka.Version, ClientID: "claimflow-bench-peer-relay",
-	})
+	kcfg := o.Kafka // its brokers, version, TLS and SASL
+	kcfg.ClientID = "claimflow-bench-peer-relay"
+	producer, err := kafka.NewProducer(kcfg)
 	if err != nil {
 		return nil, err
 	}

@@ -145,12 +145,12 @@ func New(cfg Config) (*Consumer, error) {
 	sc.Consumer.Fetch.Default = 4 << 20
 	c, err := sarama.NewClient(cfg.Kafka.Brokers, sc)
 	if err != nil {
-		return nil, fmt.Errorf("connect consumer to Kafka %v: %w", cfg.Kafka.Brokers, err)
+		return nil, fmt.Errorf("connect consumer to Kafka %v: %w", cfg.Kafka.Brokers, kafka.Explain(cfg.Kafka, sc, err))
 	}
 	g, err := sarama.NewConsumerGroupFromClient(cfg.Group, c)
 	if err != nil {
 		_ = c.Close()
-		return nil, fmt.Errorf("join consumer group %s: %w", cfg.Group, err)
+		return nil, fmt.Errorf("join consumer group %s: %w", cfg.Group, kafka.Explain(cfg.Kafka, sc, err))
 	}
 	return newConsumer(cfg, c, g), nil
 }
@@ -182,7 +182,9 @@ func (c *Consumer) Stats() Stats {
 }
 
 // Run consumes until ctx ends, then lets the batches in flight finish (or
-// leaves them uncommitted), leaves the group and closes the connection.
+// leaves them uncommitted), leaves the group and closes the connection. A
+// session that Kafka ends by refusing the TLS or SASL settings ends Run
+// with that error (a kafka.AuthError) rather than rejoining in vain.
 func (c *Consumer) Run(ctx context.Context) error {
 	defer func() {
 		if err := c.group.Close(); err != nil {
@@ -222,6 +224,10 @@ func (c *Consumer) Run(ctx context.Context) error {
 			break
 		}
 		if err != nil && ctx.Err() == nil {
+			if err := kafka.Explain(c.cfg.Kafka, nil, err); kafka.IsAuthError(err) {
+				// Rejoining with the same credentials cannot succeed.
+				return fmt.Errorf("consumer group %s: %w", c.cfg.Group, err)
+			}
 			c.log.Warn("consumer session ended; rejoining", "group", c.cfg.Group, "error", err)
 			if !sleepCtx(ctx, time.Second) {
 				break

@@ -58,7 +58,7 @@ func TestOneClaimsTrace(t *testing.T) {
 	attr := func(sp tracetest.SpanStub, key string) string {
 		for _, a := range sp.Attributes {
 			if string(a.Key) == key {
-				return a.Value.Emit()
+				return a.Value.String()
 			}
 		}
 		return ""

@@ -4,7 +4,7 @@
 # Central through pom.xml (see `fetch`).
 #
 #   deploy/kafka/kafka.sh fetch
-#   deploy/kafka/kafka.sh start [--nodes 1|3] [--base-port 19092] [--dir DIR]
+#   deploy/kafka/kafka.sh start [--nodes 1|3] [--base-port 19092] [--dir DIR] [--secure]
 #   deploy/kafka/kafka.sh stop [--dir DIR]
 #   deploy/kafka/kafka.sh kill-node N [--dir DIR]      # kill -9, for fault tests
 #   deploy/kafka/kafka.sh start-node N [--dir DIR]     # restart a stopped node
@@ -17,6 +17,16 @@
 # its last line, `KAFKA_BROKERS=127.0.0.1:19092[,...]`, e.g.
 #
 #   eval "$(deploy/kafka/kafka.sh start | tail -n 1 | sed 's/^/export /')"
+#
+# --secure makes base-port+N a SASL_SSL listener (SCRAM-SHA-512, user
+# claimflow) whose certificate, for 127.0.0.1 and localhost, is signed by a
+# CA made with openssl into DIR/tls/ on the first secure start and kept
+# (with the user's password) for the next; brokers talk to each other on
+# PLAINTEXT base-port+200+N. `start` and `brokers` then print what a client
+# needs, one variable a line: KAFKA_BROKERS, KAFKA_TLS_CA_PATH,
+# KAFKA_SASL_MECHANISM, KAFKA_SASL_USERNAME, KAFKA_SASL_PASSWORD, e.g.
+#
+#   eval "$(deploy/kafka/kafka.sh start --secure | sed 's/^/export /')"
 #
 # Environment:
 #   KAFKA_HEAP_OPTS   JVM heap of each node   (default -Xms256m -Xmx512m)
@@ -38,6 +48,8 @@ STOP_TIMEOUT=30
 RUN_DIR="$SCRIPT_DIR/run"
 NODES=1
 BASE_PORT=19092
+SECURE=0
+SCRAM_USER=claimflow
 
 log() { echo "kafka.sh: $*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -49,7 +61,7 @@ usage() {
 
 # ---------------------------------------------------------------- helpers
 
-# parse_opts ARGS...: sets NODES, BASE_PORT, RUN_DIR; leftover words go to POSITIONAL.
+# parse_opts ARGS...: sets NODES, BASE_PORT, RUN_DIR, SECURE; leftover words go to POSITIONAL.
 POSITIONAL=()
 parse_opts() {
 	POSITIONAL=()
@@ -61,6 +73,7 @@ parse_opts() {
 		--base-port=*) BASE_PORT="${1#*=}"; shift ;;
 		--dir) RUN_DIR="${2:?--dir needs a value}"; shift 2 ;;
 		--dir=*) RUN_DIR="${1#*=}"; shift ;;
+		--secure) SECURE=1; shift ;;
 		-h | --help) usage ;;
 		--) shift; POSITIONAL+=("$@"); break ;;
 		-*) die "unknown option $1" ;;
@@ -126,6 +139,65 @@ brokers_list() {
 	(IFS=,; echo "${out[*]}")
 }
 
+# admin_list: where the tools connect: the PLAINTEXT inter-broker listeners
+# of a secure cluster, the client listeners otherwise.
+admin_list() {
+	local i out=()
+	for ((i = 0; i < NODES; i++)); do out+=("127.0.0.1:$((BASE_PORT + i + 200 * SECURE))"); done
+	(IFS=,; echo "${out[*]}")
+}
+
+# node_ports N: the ports node N listens on.
+node_ports() {
+	echo $((BASE_PORT + $1)) $((BASE_PORT + 100 + $1))
+	((SECURE == 0)) || echo $((BASE_PORT + 200 + $1))
+}
+
+tls_dir() { echo "$RUN_DIR/tls"; }
+
+# make_tls: the CA, the brokers' certificate and key (PKCS#8, which Kafka's
+# PEM key store reads), and the SCRAM user's password, made once per DIR.
+make_tls() {
+	local d
+	d="$(tls_dir)"
+	if [[ -f "$d/ca.pem" && -f "$d/broker.pem" && -f "$d/scram-password" ]]; then
+		log "TLS material and SCRAM password from $d"
+		return 0
+	fi
+	command -v openssl >/dev/null || die "--secure needs openssl"
+	mkdir -p "$d"
+	chmod 700 "$d"
+	(
+		cd "$d"
+		openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out ca-key.pem
+		openssl req -x509 -new -key ca-key.pem -subj "/CN=claimflow test Kafka CA" -days 30 \
+			-addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign,cRLSign -out ca.pem
+		openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out broker-key.pem
+		openssl req -new -key broker-key.pem -subj "/CN=localhost" -out broker.csr
+		printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n' >broker.ext
+		openssl x509 -req -in broker.csr -CA ca.pem -CAkey ca-key.pem -CAcreateserial -days 30 \
+			-extfile broker.ext -out broker.pem
+		# The key store: the key, then the certificate chain.
+		cat broker-key.pem broker.pem >broker-keystore.pem
+		openssl rand -hex 16 >scram-password
+		chmod 600 ./*.pem scram-password
+	) >"$RUN_DIR/tls.log" 2>&1 || {
+		cat "$RUN_DIR/tls.log" >&2
+		die "making the TLS material in $d failed"
+	}
+	log "made a CA, a broker certificate for 127.0.0.1 and a SCRAM password in $d"
+}
+
+# client_env: what a claimflow process needs to reach the cluster.
+client_env() {
+	echo "KAFKA_BROKERS=$(brokers_list)"
+	((SECURE)) || return 0
+	echo "KAFKA_TLS_CA_PATH=$(tls_dir)/ca.pem"
+	echo "KAFKA_SASL_MECHANISM=SCRAM-SHA-512"
+	echo "KAFKA_SASL_USERNAME=$SCRAM_USER"
+	echo "KAFKA_SASL_PASSWORD=$(<"$(tls_dir)/scram-password")"
+}
+
 port_in_use() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
 write_config() { # write_config N
@@ -137,12 +209,23 @@ write_config() { # write_config N
 	done
 	mkdir -p "$dir/data"
 	{
-		echo "# Written by deploy/kafka/kafka.sh start --nodes $NODES --base-port $BASE_PORT"
+		echo "# Written by deploy/kafka/kafka.sh start --nodes $NODES --base-port $BASE_PORT$( ((SECURE == 0)) || echo " --secure")"
 		echo "process.roles=broker,controller"
 		echo "node.id=$i"
-		echo "listeners=PLAINTEXT://127.0.0.1:$((BASE_PORT + i)),CONTROLLER://127.0.0.1:$((BASE_PORT + 100 + i))"
-		echo "advertised.listeners=PLAINTEXT://127.0.0.1:$((BASE_PORT + i)),CONTROLLER://127.0.0.1:$((BASE_PORT + 100 + i))"
-		echo "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"
+		if ((SECURE)); then
+			local l="SASL_SSL://127.0.0.1:$((BASE_PORT + i)),PLAINTEXT://127.0.0.1:$((BASE_PORT + 200 + i)),CONTROLLER://127.0.0.1:$((BASE_PORT + 100 + i))"
+			echo "listeners=$l"
+			echo "advertised.listeners=$l"
+			echo "listener.security.protocol.map=SASL_SSL:SASL_SSL,PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"
+			echo "sasl.enabled.mechanisms=SCRAM-SHA-512"
+			echo "listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;"
+			echo "ssl.keystore.type=PEM"
+			echo "ssl.keystore.location=$(tls_dir)/broker-keystore.pem"
+		else
+			echo "listeners=PLAINTEXT://127.0.0.1:$((BASE_PORT + i)),CONTROLLER://127.0.0.1:$((BASE_PORT + 100 + i))"
+			echo "advertised.listeners=PLAINTEXT://127.0.0.1:$((BASE_PORT + i)),CONTROLLER://127.0.0.1:$((BASE_PORT + 100 + i))"
+			echo "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"
+		fi
 		echo "inter.broker.listener.name=PLAINTEXT"
 		echo "controller.listener.names=CONTROLLER"
 		if ((NODES == 1)); then
@@ -177,6 +260,7 @@ format_node() { # format_node N CLUSTER_ID
 	local i="$1" cid="$2" dir mode=()
 	dir="$(node_dir "$i")"
 	((NODES == 1)) && mode=(--standalone)
+	((SECURE)) && mode+=(--add-scram "SCRAM-SHA-512=[name=$SCRAM_USER,password=$(<"$(tls_dir)/scram-password")]")
 	java -Xmx256m -XX:TieredStopAtLevel=1 -XX:+UseSerialGC \
 		-Dlog4j2.configurationFile="$LOG4J_CONFIG" -Dkafka.log.level=WARN \
 		-cp "$LIB_DIR/*" kafka.tools.StorageTool format \
@@ -191,7 +275,7 @@ launch_node() { # launch_node N: starts the JVM in the background
 	local i="$1" dir pid p
 	dir="$(node_dir "$i")"
 	if pid="$(node_pid "$i")"; then die "node $i is already running (pid $pid)"; fi
-	for p in $((BASE_PORT + i)) $((BASE_PORT + 100 + i)); do
+	for p in $(node_ports "$i"); do
 		port_in_use "$p" && die "port 127.0.0.1:$p is already in use"
 	done
 	# shellcheck disable=SC2086 # HEAP_OPTS / KAFKA_JVM_OPTS are word lists
@@ -275,7 +359,7 @@ cmd_start() {
 	parse_opts "$@"
 	((${#POSITIONAL[@]} == 0)) || die "start: unexpected argument ${POSITIONAL[0]}"
 	[[ "$NODES" == 1 || "$NODES" == 3 ]] || die "--nodes must be 1 or 3"
-	if ! [[ "$BASE_PORT" =~ ^[0-9]+$ ]] || ((BASE_PORT <= 1024 || BASE_PORT + 102 >= 65536)); then
+	if ! [[ "$BASE_PORT" =~ ^[0-9]+$ ]] || ((BASE_PORT <= 1024 || BASE_PORT + 102 + 100 * SECURE >= 65536)); then
 		die "bad --base-port $BASE_PORT"
 	fi
 	check_java
@@ -291,16 +375,17 @@ cmd_start() {
 		)
 	fi
 	for ((i = 0; i < NODES; i++)); do
-		for p in $((BASE_PORT + i)) $((BASE_PORT + 100 + i)); do
+		for p in $(node_ports "$i"); do
 			port_in_use "$p" && die "port 127.0.0.1:$p is already in use"
 		done
 	done
 	local t0 cid
 	t0="$(date +%s.%N)"
-	# A fresh cluster every time: old data and logs go.
+	# A fresh cluster every time: old data and logs go (DIR/tls/ stays).
 	rm -rf "$RUN_DIR"/node-* "$RUN_DIR/cluster.env"
+	((SECURE == 0)) || make_tls
 	cid="$(random_cluster_id)"
-	printf 'NODES=%s\nBASE_PORT=%s\nCLUSTER_ID=%s\n' "$NODES" "$BASE_PORT" "$cid" >"$RUN_DIR/cluster.env"
+	printf 'NODES=%s\nBASE_PORT=%s\nCLUSTER_ID=%s\nSECURE=%s\n' "$NODES" "$BASE_PORT" "$cid" "$SECURE" >"$RUN_DIR/cluster.env"
 	log "formatting $NODES node(s) in $RUN_DIR, cluster id $cid"
 	for ((i = 0; i < NODES; i++)); do
 		write_config "$i"
@@ -324,7 +409,7 @@ cmd_start() {
 		rss+=("node$i=$(($(awk '/^VmRSS:/{print $2}' "/proc/$pid/status") / 1024))MiB")
 	done
 	log "$NODES node(s) started in $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b-a}')s (RSS ${rss[*]})"
-	echo "KAFKA_BROKERS=$(brokers_list)"
+	client_env
 }
 
 cmd_stop_loaded() {
@@ -397,14 +482,14 @@ cmd_create_topic() {
 	java -Xmx256m -XX:TieredStopAtLevel=1 -XX:+UseSerialGC \
 		-Dlog4j2.configurationFile="$LOG4J_CONFIG" -Dkafka.log.level=WARN \
 		-cp "$LIB_DIR/*" org.apache.kafka.tools.TopicCommand \
-		--bootstrap-server "$(brokers_list)" --create --if-not-exists \
+		--bootstrap-server "$(admin_list)" --create --if-not-exists \
 		--topic "$name" --partitions "$parts" --replication-factor "$rf"
 }
 
 cmd_brokers() {
 	parse_opts "$@"
 	load_state
-	echo "KAFKA_BROKERS=$(brokers_list)"
+	client_env
 }
 
 cmd_status() {

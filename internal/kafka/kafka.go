@@ -67,13 +67,14 @@ func NewProducer(cfg Config) (sarama.SyncProducer, error) {
 	sc.Producer.Timeout = 10 * time.Second
 	p, err := sarama.NewSyncProducer(cfg.Brokers, sc)
 	if err != nil {
-		return nil, fmt.Errorf("connect producer to Kafka %v: %w", cfg.Brokers, err)
+		return nil, fmt.Errorf("connect producer to Kafka %v: %w", cfg.Brokers, Explain(cfg, sc, err))
 	}
 	return p, nil
 }
 
 // SaramaConfig is the client configuration every claimflow client starts
-// from: version, client ID and metadata retries.
+// from: version, client ID, metadata retries, TLS and SASL. A client that
+// fails to connect passes its error through Explain.
 func SaramaConfig(cfg Config) (*sarama.Config, error) {
 	if len(cfg.Brokers) == 0 {
 		return nil, errors.New("no Kafka brokers configured (set KAFKA_BROKERS)")
@@ -95,6 +96,9 @@ func SaramaConfig(cfg Config) (*sarama.Config, error) {
 	sc.Metadata.Retry.Max = 5
 	sc.Metadata.Retry.Backoff = 200 * time.Millisecond
 	sc.Net.DialTimeout = 5 * time.Second
+	if err := applySecurity(sc, cfg); err != nil {
+		return nil, err
+	}
 	return sc, nil
 }
 
@@ -118,7 +122,7 @@ func EnsureTopics(ctx context.Context, cfg Config, topics []Topic) error {
 	}
 	admin, err := sarama.NewClusterAdmin(cfg.Brokers, sc)
 	if err != nil {
-		return fmt.Errorf("connect admin to Kafka %v: %w", cfg.Brokers, err)
+		return fmt.Errorf("connect admin to Kafka %v: %w", cfg.Brokers, Explain(cfg, sc, err))
 	}
 	defer admin.Close()
 	for _, t := range topics {
@@ -133,7 +137,8 @@ func EnsureTopics(ctx context.Context, cfg Config, topics []Topic) error {
 	return nil
 }
 
-// Ping checks that a broker answers a metadata request.
+// Ping checks that a broker answers a metadata request, once: an error
+// that is the security settings' is an *AuthError (see Explain).
 func Ping(ctx context.Context, cfg Config) error {
 	sc, err := SaramaConfig(cfg)
 	if err != nil {
@@ -150,7 +155,7 @@ func Ping(ctx context.Context, cfg Config) error {
 	}()
 	select {
 	case err := <-done:
-		return err
+		return Explain(cfg, sc, err)
 	case <-ctx.Done():
 		return ctx.Err()
 	}

@@ -54,7 +54,7 @@ func scanTopicsOnce[T any](ctx context.Context, cfg Config, topics []string, kee
 	}
 	c, err := sarama.NewClient(cfg.Brokers, sc)
 	if err != nil {
-		return nil, nil, fmt.Errorf("connect to Kafka %v: %w", cfg.Brokers, err)
+		return nil, nil, fmt.Errorf("connect to Kafka %v: %w", cfg.Brokers, Explain(cfg, sc, err))
 	}
 	defer c.Close()
 	known, err := c.Topics()
@@ -173,7 +173,7 @@ func CommittedOffsets(cfg Config, group string, topics map[string][]int32) (map[
 	}
 	admin, err := sarama.NewClusterAdmin(cfg.Brokers, sc)
 	if err != nil {
-		return nil, fmt.Errorf("connect admin to Kafka %v: %w", cfg.Brokers, err)
+		return nil, fmt.Errorf("connect admin to Kafka %v: %w", cfg.Brokers, Explain(cfg, sc, err))
 	}
 	defer admin.Close()
 	resp, err := admin.ListConsumerGroupOffsets(group, topics)

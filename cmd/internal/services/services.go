@@ -43,7 +43,7 @@ func KafkaConfig(cfg config.Config, clientID string) kafka.Config {
 // and checks that it answers (store.Open).
 func OpenDB(ctx context.Context, cfg config.Config, maxConns int32) (*pgxpool.Pool, error) {
 	if tracing.On() {
-		return store.Open(ctx, cfg.DatabaseURL, maxConns, otelpgx.NewTracer(otelpgx.WithTrimSQLInSpanName()))
+		return store.Open(ctx, cfg.DatabaseURL, maxConns, otelpgx.NewTracer())
 	}
 	return store.Open(ctx, cfg.DatabaseURL, maxConns)
 }
@@ -66,7 +66,7 @@ func DialTemporal(ctx context.Context, cfg config.Config, log *slog.Logger, tel 
 		// and their activities.
 		ti, err := temporalotel.NewTracingInterceptor(temporalotel.TracerOptions{})
 		if err != nil {
-			return nil, fmt.Errorf("Temporal tracing interceptor: %w", err)
+			return nil, fmt.Errorf("the Temporal SDK's tracing interceptor: %w", err)
 		}
 		interceptors = append(interceptors, ti)
 	}
@@ -257,6 +257,9 @@ func RunAPI(ctx context.Context, cfg config.Config, log *slog.Logger, migrate bo
 	if err := CheckAuth(cfg.Security); err != nil {
 		return err
 	}
+	if err := checkKafkaSecurity(ctx, cfg, log); err != nil {
+		return err
+	}
 	if migrate {
 		if err := Migrate(ctx, cfg, log); err != nil {
 			return err
@@ -281,6 +284,28 @@ func RunAPI(ctx context.Context, cfg config.Config, log *slog.Logger, migrate bo
 	stopCtx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 	defer cancel()
 	return svc.Stop(stopCtx)
+}
+
+// checkKafkaSecurity connects to Kafka once when TLS or SASL is set, and
+// fails when Kafka refuses those settings (a kafka.AuthError: wrong
+// password, untrusted certificate): the API does not otherwise use Kafka
+// at startup, and its /readyz would fail on them forever. A broker that
+// does not answer is left to /readyz, as before. The worker's producer and
+// the consumer connect at startup and fail the same way by themselves.
+func checkKafkaSecurity(ctx context.Context, cfg config.Config, log *slog.Logger) error {
+	if !cfg.KafkaTLS.Enabled && cfg.KafkaSASL.Mechanism == "" {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	err := kafka.Ping(ctx, KafkaConfig(cfg, "claimflow-api"))
+	if kafka.IsAuthError(err) {
+		return err
+	}
+	if err != nil {
+		log.Warn("Kafka does not answer yet; /readyz reports it until it does", "error", err)
+	}
+	return nil
 }
 
 // RunWorker is the `claimflow worker` process: it polls until ctx ends.
