@@ -5,6 +5,7 @@
 package deploy
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -65,6 +66,7 @@ func repoRoot(t *testing.T) string {
 // them. The payout URL names no service of the file: it is the operator's.
 var requiredOperatorEnv = map[string]string{
 	"CLAIMFLOW_JWT_SECRET":        "operator-secret-0123456789abcdef0123456789abcdef",
+	"CLAIMFLOW_EVENT_SIGNING_KEY": "operator-event-key-0123456789abcdef0123456789",
 	"CLAIMFLOW_VENDOR_PAYOUT_URL": "https://payouts.vendor.example/v1/payouts",
 	"GRAFANA_ADMIN_PASSWORD":      "operator-grafana-password",
 }
@@ -575,18 +577,46 @@ func configDefaults(t *testing.T) map[string]string {
 // checked apart (authConfigured), since hs256 and jwks need different ones.
 var serviceNeeds = map[string][]string{
 	"api":      {"DATABASE_URL", "TEMPORAL_ADDRESS", "TEMPORAL_UI_URL", "KAFKA_BROKERS", "HTTP_ADDR"},
-	"worker":   {"DATABASE_URL", "TEMPORAL_ADDRESS", "KAFKA_BROKERS", "METRICS_ADDR", "VENDOR_PAYOUT_URL"},
-	"consumer": {"DATABASE_URL", "TEMPORAL_ADDRESS", "KAFKA_BROKERS", "METRICS_ADDR"},
+	"worker":   {"DATABASE_URL", "TEMPORAL_ADDRESS", "KAFKA_BROKERS", "METRICS_ADDR", "VENDOR_PAYOUT_URL", "EVENT_SIGNING_KEY"},
+	"consumer": {"DATABASE_URL", "TEMPORAL_ADDRESS", "KAFKA_BROKERS", "METRICS_ADDR", "EVENT_SIGNING_KEY"},
 	"migrate":  {"MIGRATE_DATABASE_URL", "DATABASE_RUNTIME_ROLE"},
 }
 
 // authVariables are read by the API alone; authConfigured checks them.
 var authVariables = []string{"AUTH_MODE", "JWT_SECRET", "JWKS_URL", "JWT_ISSUER", "JWT_AUDIENCE"}
 
+// Reasons shared by a group of variables compose leaves unset.
+const (
+	composePlaintext = "compose's own Temporal, Kafka and PostgreSQL, on its private network, speak plaintext; a managed service sets it, docs/operations.md#secured-connections"
+	composeNoTracing = "tracing is off: compose runs no OTLP collector; point it at yours, docs/architecture.md#tracing"
+)
+
 // composeDefaulted are the variables compose deliberately leaves to the
 // binary's default, with the reason. A variable config.Names() gains must
 // be set in compose or added here.
 var composeDefaulted = map[string]string{
+	// Secured connections: TLS, mTLS, API key and SASL.
+	"TEMPORAL_TLS":                      composePlaintext,
+	"TEMPORAL_TLS_SERVER_CA_CERT_PATH":  composePlaintext,
+	"TEMPORAL_TLS_CLIENT_CERT_PATH":     composePlaintext,
+	"TEMPORAL_TLS_CLIENT_KEY_PATH":      composePlaintext,
+	"TEMPORAL_TLS_SERVER_NAME":          composePlaintext,
+	"TEMPORAL_API_KEY":                  composePlaintext,
+	"KAFKA_TLS":                         composePlaintext,
+	"KAFKA_TLS_CA_PATH":                 composePlaintext,
+	"KAFKA_TLS_CERT_PATH":               composePlaintext,
+	"KAFKA_TLS_KEY_PATH":                composePlaintext,
+	"KAFKA_TLS_SERVER_NAME":             composePlaintext,
+	"KAFKA_SASL_MECHANISM":              composePlaintext,
+	"KAFKA_SASL_USERNAME":               composePlaintext,
+	"KAFKA_SASL_PASSWORD":               composePlaintext,
+	"KAFKA_SASL_OAUTHBEARER_TOKEN_PATH": composePlaintext,
+	// Tracing (the OpenTelemetry SDK's variables).
+	"OTEL_EXPORTER_OTLP_ENDPOINT": composeNoTracing,
+	"OTEL_SERVICE_NAME":           composeNoTracing,
+	"OTEL_TRACES_SAMPLER":         composeNoTracing,
+	"OTEL_TRACES_SAMPLER_ARG":     composeNoTracing,
+	"OTEL_TRACES_EXPORTER":        composeNoTracing,
 	"TEMPORAL_CLI":                "only 'claimflow dev' runs a Temporal CLI",
 	"TEMPORAL_GRPC_COMPRESSION":   "gzip, the SDK's default, for a Temporal across a network",
 	"MIGRATE_DATABASE_URL":        "only the migrate service migrates (as the owner); the others never do",
@@ -781,6 +811,66 @@ func TestComposeRequiresOperatorSecrets(t *testing.T) {
 	if v, _ := envValue(grafana(nil), "GF_SECURITY_ADMIN_PASSWORD"); v != requiredOperatorEnv["GRAFANA_ADMIN_PASSWORD"] {
 		t.Errorf("grafana: admin password %q, not the operator's", v)
 	}
+}
+
+// TestComposeEventSigningKey: the worker signs with the operator's key and
+// the consumer verifies with the same one; no other service holds it.
+func TestComposeEventSigningKey(t *testing.T) {
+	for name, p := range projects(t) {
+		for svc, s := range claimflowServices(t, p) {
+			key, ok := envValue(s, "EVENT_SIGNING_KEY")
+			switch sub := s.Command[0]; sub {
+			case "worker", "consumer":
+				if key != requiredOperatorEnv["CLAIMFLOW_EVENT_SIGNING_KEY"] {
+					t.Errorf("%s: %s signs or verifies events with %q, not the operator's CLAIMFLOW_EVENT_SIGNING_KEY", name, svc, key)
+				}
+			default:
+				if ok {
+					t.Errorf("%s: %s (claimflow %s) holds EVENT_SIGNING_KEY, which only workers and consumers use", name, svc, sub)
+				}
+			}
+		}
+	}
+}
+
+// TestComposeDefaultedReasonsLink: a reason that points into the docs
+// points at a heading that exists.
+func TestComposeDefaultedReasonsLink(t *testing.T) {
+	link := regexp.MustCompile(`docs/(\w+\.md)#([\w-]+)`)
+	for v, reason := range composeDefaulted {
+		for _, m := range link.FindAllStringSubmatch(reason, -1) {
+			if !slices.Contains(docAnchors(t, filepath.Join(repoRoot(t), "docs", m[1])), m[2]) {
+				t.Errorf("composeDefaulted[%s] points at docs/%s#%s, which has no such heading", v, m[1], m[2])
+			}
+		}
+	}
+}
+
+// docAnchors are the anchors GitHub gives a Markdown file's headings.
+func docAnchors(t *testing.T, file string) []string {
+	t.Helper()
+	raw, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, line := range strings.Split(string(raw), "\n") {
+		title, ok := strings.CutPrefix(strings.TrimLeft(line, "#"), " ")
+		if !ok || !strings.HasPrefix(line, "#") {
+			continue
+		}
+		slug := strings.Map(func(r rune) rune {
+			switch {
+			case r == ' ':
+				return '-'
+			case r == '-' || r == '_' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z':
+				return r
+			}
+			return -1
+		}, strings.ToLower(title))
+		out = append(out, slug)
+	}
+	return out
 }
 
 // addressVariable reports whether an app variable names a place the app
@@ -1519,10 +1609,17 @@ type k8sObject struct {
 		// Deployment, Job
 		Template struct {
 			Metadata struct {
-				Labels map[string]string `yaml:"labels"`
+				Labels      map[string]string `yaml:"labels"`
+				Annotations map[string]string `yaml:"annotations"`
 			} `yaml:"metadata"`
 			Spec struct {
 				Containers []k8sContainer `yaml:"containers"`
+				Volumes    []struct {
+					Name   string `yaml:"name"`
+					Secret *struct {
+						SecretName string `yaml:"secretName"`
+					} `yaml:"secret"`
+				} `yaml:"volumes"`
 			} `yaml:"spec"`
 		} `yaml:"template"`
 		// Service: a label map; Deployment: {matchLabels: ...}
@@ -1538,6 +1635,11 @@ type k8sObject struct {
 		} `yaml:"scaleTargetRef"`
 		MinReplicas int `yaml:"minReplicas"`
 		MaxReplicas int `yaml:"maxReplicas"`
+		// NetworkPolicy
+		PodSelector *k8sLabelSelector `yaml:"podSelector"`
+		PolicyTypes []string          `yaml:"policyTypes"`
+		Ingress     []k8sPolicyRule   `yaml:"ingress"`
+		Egress      []k8sPolicyRule   `yaml:"egress"`
 		Metrics     []struct {
 			Type     string `yaml:"type"`
 			Resource struct {
@@ -1577,7 +1679,13 @@ type k8sContainer struct {
 		Name          string `yaml:"name"`
 		ContainerPort int    `yaml:"containerPort"`
 	} `yaml:"ports"`
-	Env     []k8sEnv `yaml:"env"`
+	Env          []k8sEnv `yaml:"env"`
+	VolumeMounts []struct {
+		Name      string `yaml:"name"`
+		MountPath string `yaml:"mountPath"`
+		SubPath   string `yaml:"subPath"`
+		ReadOnly  bool   `yaml:"readOnly"`
+	} `yaml:"volumeMounts"`
 	EnvFrom []struct {
 		ConfigMapRef *struct {
 			Name string `yaml:"name"`
@@ -1595,14 +1703,42 @@ type k8sContainer struct {
 }
 
 // secretVariable reports whether a variable holds a secret: a password,
-// key or token, or the database URL (its password is in it).
+// key or token, or the database URL (its password is in it). A *_PATH
+// names a file (of a mounted Secret), not the secret itself.
 func secretVariable(name string) bool {
+	name = strings.ToUpper(name)
+	if strings.HasSuffix(name, "_PATH") {
+		return false
+	}
+	if strings.HasSuffix(name, "_KEY") {
+		return true
+	}
 	for _, s := range []string{"SECRET", "PASSWORD", "PASSWD", "TOKEN", "PRIVATE_KEY", "DATABASE_URL", "_DSN"} {
-		if strings.Contains(strings.ToUpper(name), s) {
+		if strings.Contains(name, s) {
 			return true
 		}
 	}
 	return false
+}
+
+// TestSecretVariables: the secrets among the variables claimflow reads are
+// the ones secretVariable holds to secretKeyRef in k8s; the TLS files'
+// paths and the SASL user are not secrets.
+func TestSecretVariables(t *testing.T) {
+	known := knownEnvVars(t)
+	for name, secret := range map[string]bool{
+		"DATABASE_URL": true, "MIGRATE_DATABASE_URL": true, "JWT_SECRET": true,
+		"EVENT_SIGNING_KEY": true, "TEMPORAL_API_KEY": true, "KAFKA_SASL_PASSWORD": true,
+		"TEMPORAL_TLS_CLIENT_KEY_PATH": false, "KAFKA_TLS_KEY_PATH": false,
+		"KAFKA_SASL_OAUTHBEARER_TOKEN_PATH": false, "KAFKA_SASL_USERNAME": false, "JWKS_URL": false,
+	} {
+		if !known[name] {
+			t.Errorf("%s is not in config.Names()", name)
+		}
+		if secretVariable(name) != secret {
+			t.Errorf("secretVariable(%s) = %v, want %v", name, !secret, secret)
+		}
+	}
 }
 
 // urlPassword matches a URL with a password in it.
@@ -1658,7 +1794,7 @@ func k8sEnvOf(t *testing.T, c k8sContainer, configMaps map[string]k8sObject) map
 // checkK8sTemporalSetup: a Job registers the namespace the services use
 // and every search attribute of workflows.SearchAttributeTypes with its
 // type, with compose's script and admin-tools image.
-func checkK8sTemporalSetup(t *testing.T, others map[string]k8sContainer, configMaps map[string]k8sObject) {
+func checkK8sTemporalSetup(t *testing.T, others map[string]k8sContainer, configMaps map[string]k8sObject, workloads map[string]k8sContainer) {
 	t.Helper()
 	script, err := os.ReadFile("temporal/setup-namespace.sh")
 	if err != nil {
@@ -1694,6 +1830,20 @@ func checkK8sTemporalSetup(t *testing.T, others map[string]k8sContainer, configM
 	}
 	if env["TEMPORAL_ADDRESS"] != configMaps["claimflow-config"].Data["TEMPORAL_ADDRESS"] {
 		t.Errorf("temporal setup talks to %q, the services to %q", env["TEMPORAL_ADDRESS"], configMaps["claimflow-config"].Data["TEMPORAL_ADDRESS"])
+	}
+	// It reaches Temporal as the services do: the temporal CLI reads the
+	// names claimflow reads.
+	for _, sub := range []string{"api", "worker", "consumer"} {
+		c, ok := workloads[sub]
+		if !ok {
+			continue
+		}
+		svc := k8sEnvOf(t, c, configMaps)
+		for _, v := range temporalConnectionVars {
+			if env[v] != svc[v] {
+				t.Errorf("temporal setup: %s=%q, the %s's is %q", v, env[v], sub, svc[v])
+			}
+		}
 	}
 }
 
@@ -1761,16 +1911,30 @@ func TestK8sManifests(t *testing.T) {
 	workloads := map[string]k8sContainer{}
 	podLabels := map[string]map[string]string{}
 	others := map[string]k8sContainer{}
+	// pods are every Deployment's and Job's, by role: the subcommand, or
+	// temporalSetupRole for the Job that runs the setup script.
+	setupScript, err := os.ReadFile("temporal/setup-namespace.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pods []k8sPod
 	for _, kind := range []string{"Deployment", "Job"} {
 		for name, o := range byKind[kind] {
 			for _, c := range o.Spec.Template.Spec.Containers {
 				where := fmt.Sprintf("%s %s container %s", kind, name, c.Name)
 				checkK8sSecrets(t, where, c)
+				env := k8sEnvOf(t, c, byKind["ConfigMap"])
+				checkK8sSecretFiles(t, where, o, c, env)
+				pod := k8sPod{where: where, labels: o.Spec.Template.Metadata.Labels, annotations: o.Spec.Template.Metadata.Annotations, env: env}
 				if !slices.Contains(imageNames, c.Image) {
 					if err := checkPinned(c.Image); err != nil {
 						t.Errorf("%s: image %q is neither claimflow (kustomization images %v) nor pinned: %v", where, c.Image, imageNames, err)
 					}
 					others[name] = c
+					if len(c.Args) == 1 && c.Args[0] == string(setupScript) {
+						pod.role = temporalSetupRole
+					}
+					pods = append(pods, pod)
 					continue
 				}
 				if len(c.Args) == 0 {
@@ -1779,6 +1943,8 @@ func TestK8sManifests(t *testing.T) {
 				}
 				workloads[c.Args[0]] = c
 				podLabels[c.Args[0]] = o.Spec.Template.Metadata.Labels
+				pod.role = c.Args[0]
+				pods = append(pods, pod)
 				for _, e := range c.Env {
 					if !known[e.Name] {
 						t.Errorf("%s: env %s is not read by cmd/claimflow", where, e.Name)
@@ -1840,7 +2006,9 @@ func TestK8sManifests(t *testing.T) {
 	for name := range byKind["Secret"] {
 		t.Errorf("Secret %s is in the kustomization: secret values are created by the operator, never committed", name)
 	}
-	checkK8sTemporalSetup(t, others, byKind["ConfigMap"])
+	checkK8sTemporalSetup(t, others, byKind["ConfigMap"], workloads)
+	checkK8sEventKey(t, workloads)
+	checkK8sNetworkPolicies(t, pods, byKind["NetworkPolicy"])
 
 	// API probes and Service.
 	if api, ok := workloads["api"]; ok {
@@ -1916,5 +2084,384 @@ func TestK8sManifests(t *testing.T) {
 	}
 	if !hpaFound {
 		t.Errorf("no HPA targets the worker Deployment %q", workerDeployment)
+	}
+}
+
+// ---------------------------------------------------------------- k8s: secured connections
+
+// temporalConnectionVars are how a client reaches Temporal: the names
+// claimflow and the temporal CLI read alike.
+var temporalConnectionVars = []string{
+	"TEMPORAL_TLS", "TEMPORAL_TLS_SERVER_CA_CERT_PATH", "TEMPORAL_TLS_CLIENT_CERT_PATH",
+	"TEMPORAL_TLS_CLIENT_KEY_PATH", "TEMPORAL_TLS_SERVER_NAME", "TEMPORAL_API_KEY",
+}
+
+// checkK8sSecretFiles: every file a container is pointed at (a *_PATH
+// variable: certificates, keys, a token) lies in a directory mounted
+// read-only from a Secret, whole (no subPath), so a renewed file reaches
+// the running pod, which re-reads it.
+func checkK8sSecretFiles(t *testing.T, where string, o k8sObject, c k8sContainer, env map[string]string) {
+	t.Helper()
+	fromSecret := map[string]bool{}
+	for _, v := range o.Spec.Template.Spec.Volumes {
+		fromSecret[v.Name] = v.Secret != nil && v.Secret.SecretName != ""
+	}
+	for name, value := range env {
+		if !strings.HasSuffix(name, "_PATH") || value == "" {
+			continue
+		}
+		found := false
+		for _, m := range c.VolumeMounts {
+			if !strings.HasPrefix(value, strings.TrimSuffix(m.MountPath, "/")+"/") {
+				continue
+			}
+			found = true
+			if !fromSecret[m.Name] || !m.ReadOnly || m.SubPath != "" {
+				t.Errorf("%s: %s=%s is in volume %s, which is not a Secret's mounted read-only and whole (no subPath)", where, name, value, m.Name)
+			}
+		}
+		if !found {
+			t.Errorf("%s: %s=%s is in no volume the container mounts", where, name, value)
+		}
+	}
+}
+
+// checkK8sEventKey: the workers sign with, and the consumers verify with,
+// one key from one Secret; no other workload holds it.
+func checkK8sEventKey(t *testing.T, workloads map[string]k8sContainer) {
+	t.Helper()
+	refs := map[string]k8sKeyRef{}
+	for sub, c := range workloads {
+		for _, e := range c.Env {
+			if e.Name != "EVENT_SIGNING_KEY" {
+				continue
+			}
+			if sub != "worker" && sub != "consumer" {
+				t.Errorf("%s holds EVENT_SIGNING_KEY, which only workers and consumers use", sub)
+			}
+			if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil {
+				refs[sub] = *e.ValueFrom.SecretKeyRef
+			}
+		}
+	}
+	if refs["worker"].Name == "" || refs["worker"] != refs["consumer"] {
+		t.Errorf("EVENT_SIGNING_KEY: the worker's %+v and the consumer's %+v must be one Secret's key", refs["worker"], refs["consumer"])
+	}
+}
+
+// ---------------------------------------------------------------- k8s: NetworkPolicies
+
+type k8sLabelSelector struct {
+	MatchLabels      map[string]string `yaml:"matchLabels"`
+	MatchExpressions []any             `yaml:"matchExpressions"`
+}
+
+// selects: every label the selector names matches (empty: every pod).
+func (s k8sLabelSelector) selects(labels map[string]string) bool {
+	for k, v := range s.MatchLabels {
+		if labels[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+type k8sPolicyPeer struct {
+	PodSelector       *k8sLabelSelector `yaml:"podSelector"`
+	NamespaceSelector *k8sLabelSelector `yaml:"namespaceSelector"`
+	IPBlock           *struct {
+		CIDR   string   `yaml:"cidr"`
+		Except []string `yaml:"except"`
+	} `yaml:"ipBlock"`
+}
+
+// namespace is the namespace the peer names by its kubernetes.io/metadata.name
+// label ("" if none: all namespaces, its own, or an ipBlock).
+func (p k8sPolicyPeer) namespace() string {
+	if p.NamespaceSelector == nil {
+		return ""
+	}
+	return p.NamespaceSelector.MatchLabels["kubernetes.io/metadata.name"]
+}
+
+type k8sPolicyRule struct {
+	From  []k8sPolicyPeer `yaml:"from"`
+	To    []k8sPolicyPeer `yaml:"to"`
+	Ports []struct {
+		Port     any    `yaml:"port"`
+		Protocol string `yaml:"protocol"`
+	} `yaml:"ports"`
+}
+
+// k8sPod is the pod of a Deployment or Job: its role (the claimflow
+// subcommand, or temporalSetupRole), labels, annotations and environment.
+type k8sPod struct {
+	where, role         string
+	labels, annotations map[string]string
+	env                 map[string]string
+}
+
+const (
+	temporalSetupRole = "temporal-setup"
+	// k8sPostgresPort is where the services reach PostgreSQL: the URLs are
+	// the operator's Secrets, kustomization.yaml shows them on 5432.
+	k8sPostgresPort = 5432
+	dnsPort         = 53
+)
+
+// k8sEgressNeeds are what each pod may reach, and must: the namespace's
+// DNS, Temporal (TEMPORAL_ADDRESS), Kafka (KAFKA_BROKERS), PostgreSQL, the
+// vendors' payout API, the webhook (NOTIFY_WEBHOOK_URL, or HTTPS while it
+// is the operator's to add) and the identity provider's key set (JWKS_URL).
+var k8sEgressNeeds = map[string][]string{
+	"api":             {"dns", "temporal", "kafka", "postgres", "jwks"},
+	"worker":          {"dns", "temporal", "kafka", "postgres", "payout", "webhook"},
+	"consumer":        {"dns", "temporal", "kafka", "postgres", "webhook"},
+	"migrate":         {"dns", "postgres"},
+	temporalSetupRole: {"dns", "temporal"},
+}
+
+// policyPort is a rule's port as a number; named ports are refused so the
+// test can hold them to the addresses.
+func policyPort(t *testing.T, where string, p any) int {
+	t.Helper()
+	n, ok := p.(int)
+	if !ok {
+		t.Errorf("%s: port %v: give the number", where, p)
+	}
+	return n
+}
+
+// addrPort is the port of a host:port, or of a URL (by its scheme when it
+// names none).
+func addrPort(t *testing.T, where, addr string) (host string, port int) {
+	t.Helper()
+	if u, err := url.Parse(addr); err == nil && u.Host != "" {
+		host, p := u.Hostname(), u.Port()
+		if p == "" {
+			p = map[string]string{"https": "443", "http": "80"}[u.Scheme]
+		}
+		port, _ = strconv.Atoi(p)
+		return host, port
+	}
+	h, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		t.Errorf("%s: address %q: %v", where, addr, err)
+	}
+	port, _ = strconv.Atoi(p)
+	return h, port
+}
+
+// clusterNamespace is the namespace of an in-cluster service name
+// (name.namespace.svc[.cluster.local]), "" for any other host.
+func clusterNamespace(host string) string {
+	parts := strings.Split(host, ".")
+	if len(parts) >= 3 && parts[2] == "svc" {
+		return parts[1]
+	}
+	return ""
+}
+
+// checkK8sNetworkPolicies: one namespace-wide policy denies every pod's
+// traffic both ways, and one policy of its own opens what each pod uses:
+// the api's HTTP port from anywhere (nothing else from outside), each
+// metrics port Prometheus scrapes from Prometheus alone, and egress only to
+// the ports of the pod's own needs (k8sEgressNeeds), each in the namespace
+// its in-cluster address names.
+func checkK8sNetworkPolicies(t *testing.T, pods []k8sPod, policies map[string]k8sObject) {
+	t.Helper()
+	if len(policies) == 0 {
+		t.Fatal("no NetworkPolicy in the kustomization")
+	}
+	selects := map[string]int{}
+	for name, np := range policies {
+		sel := np.Spec.PodSelector
+		switch {
+		case sel == nil:
+			t.Errorf("NetworkPolicy %s: no podSelector", name)
+			continue
+		case len(sel.MatchExpressions) > 0:
+			t.Errorf("NetworkPolicy %s: select by matchLabels only", name)
+		}
+		if !slices.Contains(np.Spec.PolicyTypes, "Ingress") || !slices.Contains(np.Spec.PolicyTypes, "Egress") {
+			t.Errorf("NetworkPolicy %s: policyTypes %v, want Ingress and Egress (an Egress policy without it is not enforced)", name, np.Spec.PolicyTypes)
+		}
+		if len(sel.MatchLabels) == 0 && (len(np.Spec.Ingress) > 0 || len(np.Spec.Egress) > 0) {
+			t.Errorf("NetworkPolicy %s selects every pod and allows traffic: the namespace-wide policy only denies", name)
+		}
+	}
+	for _, pod := range pods {
+		if _, ok := k8sEgressNeeds[pod.role]; !ok {
+			t.Errorf("%s: a pod of no known role (%q): give it its policy and its needs", pod.where, pod.role)
+			continue
+		}
+		var deny, own []string
+		var ingress, egress []k8sPolicyRule
+		for name, np := range policies {
+			if np.Spec.PodSelector == nil || !np.Spec.PodSelector.selects(pod.labels) {
+				continue
+			}
+			selects[name]++
+			if len(np.Spec.PodSelector.MatchLabels) == 0 {
+				deny = append(deny, name)
+			} else {
+				own = append(own, name)
+			}
+			ingress = append(ingress, np.Spec.Ingress...)
+			egress = append(egress, np.Spec.Egress...)
+		}
+		if len(deny) != 1 || len(own) != 1 {
+			t.Errorf("%s: selected by namespace-wide %v and own %v, want the default deny and one policy of its own", pod.where, deny, own)
+		}
+		checkK8sIngress(t, pod, ingress)
+		checkK8sEgress(t, pod, egress)
+	}
+	for name, np := range policies {
+		switch n := selects[name]; {
+		case n == 0:
+			t.Errorf("NetworkPolicy %s selects no pod of the kustomization", name)
+		case n > 1 && np.Spec.PodSelector != nil && len(np.Spec.PodSelector.MatchLabels) > 0:
+			t.Errorf("NetworkPolicy %s selects %d workloads' pods: give each its own", name, n)
+		}
+	}
+}
+
+// checkK8sIngress: only the api's HTTP port (HTTP_ADDR) takes traffic from
+// anywhere; the only other port open is the metrics port Prometheus
+// scrapes (prometheus.io/port, the address the pod serves metrics on),
+// from Prometheus's pods in their namespace.
+func checkK8sIngress(t *testing.T, pod k8sPod, rules []k8sPolicyRule) {
+	t.Helper()
+	httpPort, metricsPort := -1, -1
+	if pod.role == "api" {
+		_, httpPort = addrPort(t, pod.where, pod.env["HTTP_ADDR"])
+		if a := pod.env["INTERNAL_HTTP_ADDR"]; a != "" {
+			_, metricsPort = addrPort(t, pod.where, a)
+		}
+	} else if a := pod.env["METRICS_ADDR"]; a != "" {
+		_, metricsPort = addrPort(t, pod.where, a)
+	}
+	scrape := pod.annotations["prometheus.io/port"]
+	if scrape != "" && scrape != strconv.Itoa(metricsPort) {
+		t.Errorf("%s: Prometheus scrapes port %s, the pod serves metrics on %d", pod.where, scrape, metricsPort)
+	}
+	open, scraped := false, false
+	for _, r := range rules {
+		if len(r.Ports) == 0 {
+			t.Errorf("%s: an ingress rule without ports opens them all", pod.where)
+		}
+		anywhere := len(r.From) == 0
+		for _, peer := range r.From {
+			if peer.IPBlock != nil || peer.namespace() == "" && peer.NamespaceSelector != nil {
+				anywhere = true
+			}
+		}
+		for _, p := range r.Ports {
+			port := policyPort(t, pod.where, p.Port)
+			switch {
+			case anywhere && pod.role == "api" && port == httpPort:
+				open = true
+			case anywhere:
+				t.Errorf("%s: takes port %d from anywhere; only the api's HTTP port (HTTP_ADDR) does", pod.where, port)
+			case scrape == "" || port != metricsPort:
+				t.Errorf("%s: takes port %d; only its metrics port, scraped by Prometheus (prometheus.io/port %q), is open", pod.where, port, scrape)
+			default:
+				scraped = true
+				for _, peer := range r.From {
+					if peer.namespace() == "" || peer.PodSelector == nil || len(peer.PodSelector.MatchLabels) == 0 {
+						t.Errorf("%s: metrics port %d open to %+v, not to Prometheus's pods in their namespace", pod.where, port, peer)
+					}
+				}
+			}
+		}
+	}
+	if pod.role == "api" && !open {
+		t.Errorf("%s: the api's HTTP port %d takes no traffic", pod.where, httpPort)
+	}
+	if scrape != "" && !scraped {
+		t.Errorf("%s: Prometheus scrapes port %s, which no policy opens to it", pod.where, scrape)
+	}
+}
+
+// checkK8sEgress: a pod reaches exactly the ports its needs name, DNS over
+// UDP and TCP, an in-cluster address only in its namespace, and nothing
+// but PostgreSQL (whose host is the operator's Secret) without a named
+// destination.
+func checkK8sEgress(t *testing.T, pod k8sPod, rules []k8sPolicyRule) {
+	t.Helper()
+	want := map[int]string{} // port -> what the pod reaches on it
+	inNS := map[int]string{} // port -> the namespace its address names
+	addNeed := func(what, addr string) {
+		host, port := addrPort(t, pod.where+" "+what, addr)
+		want[port] = what + " " + addr
+		if ns := clusterNamespace(host); ns != "" {
+			inNS[port] = ns
+		}
+	}
+	for _, need := range k8sEgressNeeds[pod.role] {
+		switch need {
+		case "dns":
+			want[dnsPort], inNS[dnsPort] = "DNS", "kube-system"
+		case "postgres":
+			want[k8sPostgresPort] = "PostgreSQL"
+		case "temporal":
+			addNeed("Temporal", pod.env["TEMPORAL_ADDRESS"])
+		case "kafka":
+			for _, b := range strings.Split(pod.env["KAFKA_BROKERS"], ",") {
+				addNeed("Kafka", b)
+			}
+		case "payout":
+			addNeed("the payout API", pod.env["VENDOR_PAYOUT_URL"])
+		case "jwks":
+			if pod.env["AUTH_MODE"] == "jwks" {
+				addNeed("the identity provider", pod.env["JWKS_URL"])
+			}
+		case "webhook":
+			if u := pod.env["NOTIFY_WEBHOOK_URL"]; u != "" {
+				addNeed("the webhook", u)
+			} else {
+				want[443] = "the webhook (https)"
+			}
+		}
+	}
+	got := map[int]bool{}
+	dnsProtocols := map[string]bool{}
+	for _, r := range rules {
+		if len(r.Ports) == 0 {
+			t.Errorf("%s: an egress rule without ports opens them all", pod.where)
+		}
+		for _, p := range r.Ports {
+			port := policyPort(t, pod.where, p.Port)
+			proto := cmp.Or(p.Protocol, "TCP")
+			if port == dnsPort {
+				dnsProtocols[proto] = true
+			} else if proto != "TCP" {
+				t.Errorf("%s: egress on %s port %d", pod.where, proto, port)
+			}
+			what, ok := want[port]
+			if !ok {
+				t.Errorf("%s: egress on port %d, which none of its needs %v uses", pod.where, port, k8sEgressNeeds[pod.role])
+				continue
+			}
+			got[port] = true
+			if len(r.To) == 0 && port != k8sPostgresPort {
+				t.Errorf("%s: egress on port %d (%s) to anywhere: name its destination", pod.where, port, what)
+			}
+			if ns := inNS[port]; ns != "" {
+				for _, peer := range r.To {
+					if peer.namespace() != ns {
+						t.Errorf("%s: egress on port %d goes to %+v, not namespace %s of %s", pod.where, port, peer, ns, what)
+					}
+				}
+			}
+		}
+	}
+	for port, what := range want {
+		if !got[port] {
+			t.Errorf("%s: reaches %s on port %d, which its policies do not allow", pod.where, what, port)
+		}
+	}
+	if _, ok := want[dnsPort]; ok && (!dnsProtocols["UDP"] || !dnsProtocols["TCP"]) {
+		t.Errorf("%s: DNS over %v, want UDP and TCP", pod.where, mapKeys(dnsProtocols))
 	}
 }

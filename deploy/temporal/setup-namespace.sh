@@ -3,6 +3,8 @@
 # its workflows set. Idempotent: what exists is left alone.
 #
 #   TEMPORAL_ADDRESS    frontend host:port (read by the temporal CLI)
+#   TEMPORAL_TLS_*, TEMPORAL_API_KEY  TLS, mTLS or an API key, as claimflow
+#                       reads them (so does the temporal CLI)
 #   NAMESPACE           namespace to create            (default: default)
 #   RETENTION           closed-workflow retention      (default: 72h)
 #   SEARCH_ATTRIBUTES   space-separated NAME:TYPE list, e.g. "CourseId:Keyword"
