@@ -588,7 +588,7 @@ var authVariables = []string{"AUTH_MODE", "JWT_SECRET", "JWKS_URL", "JWT_ISSUER"
 // Reasons shared by a group of variables compose leaves unset.
 const (
 	composePlaintext = "compose's own Temporal, Kafka and PostgreSQL, on its private network, speak plaintext; a managed service sets it, docs/operations.md#secured-connections"
-	composeNoTracing = "tracing is off: compose runs no OTLP collector; point it at yours, docs/architecture.md#tracing"
+	composeNoTracing = "the SDK's defaults; CLAIMFLOW_OTLP_ENDPOINT turns tracing on (the demo's Jaeger), docs/architecture.md#tracing"
 )
 
 // composeDefaulted are the variables compose deliberately leaves to the
@@ -612,7 +612,6 @@ var composeDefaulted = map[string]string{
 	"KAFKA_SASL_PASSWORD":               composePlaintext,
 	"KAFKA_SASL_OAUTHBEARER_TOKEN_PATH": composePlaintext,
 	// Tracing (the OpenTelemetry SDK's variables).
-	"OTEL_EXPORTER_OTLP_ENDPOINT": composeNoTracing,
 	"OTEL_SERVICE_NAME":           composeNoTracing,
 	"OTEL_TRACES_SAMPLER":         composeNoTracing,
 	"OTEL_TRACES_SAMPLER_ARG":     composeNoTracing,
@@ -1285,7 +1284,9 @@ func TestGrafanaProvisioning(t *testing.T) {
 	}
 	readYAML(t, "grafana/datasource.yaml", &ds)
 	uids := map[string]bool{}
-	p := loadCompose(t, nil, nil)
+	// Jaeger runs with the demo profile, whose services every datasource
+	// may name.
+	p := loadCompose(t, []string{"demo"}, nil)
 	for _, d := range ds.Datasources {
 		uids[d.UID] = true
 		u, err := url.Parse(d.URL)
