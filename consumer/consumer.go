@@ -399,15 +399,17 @@ func (c *Consumer) apply(s sarama.ConsumerGroupSession, batch []*sarama.Consumer
 	stop := s.Context().Done()
 	ctx, cancel := context.WithCancel(context.WithoutCancel(s.Context()))
 	defer cancel()
+	// The watcher reads its own copy: ctx gains the batch's span below.
+	done := ctx.Done()
 	go func() {
 		select {
-		case <-ctx.Done():
+		case <-done:
 		case <-stop:
 			// The session is over: give the batch DrainTimeout to finish.
 			t := time.NewTimer(c.cfg.DrainTimeout)
 			defer t.Stop()
 			select {
-			case <-ctx.Done():
+			case <-done:
 			case <-t.C:
 				cancel()
 			}

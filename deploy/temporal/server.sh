@@ -159,6 +159,16 @@ load_state() {
 	source "$RUN_DIR/cluster.env"
 }
 
+# node_alive NODE: the process launched for NODE is alive. Right after the
+# launch its command line may still be nohup's, before it execs the server
+# (seen under load), so this checks the launched pid only; node_pid, which
+# also guards against a recycled pid, is for later.
+node_alive() {
+	local f
+	f="$(node_dir "$1")/server.pid"
+	[[ -f "$f" ]] && kill -0 "$(<"$f")" 2>/dev/null
+}
+
 # node_pid NODE: prints the pid if alive and still our temporal-server.
 node_pid() {
 	local f pid
@@ -301,7 +311,7 @@ wait_frontend() {
 	local deadline=$(($(date +%s) + START_TIMEOUT)) node
 	until cli operator cluster health --address "$(frontend_addr)" >/dev/null 2>&1; do
 		for node in "${NODES[@]}"; do
-			node_pid "$node" >/dev/null || { tail -n 30 "$(node_dir "$node")/server.log" >&2; log "$node exited during startup"; return 1; }
+			node_alive "$node" || { tail -n 30 "$(node_dir "$node")/server.log" >&2; log "$node exited during startup"; return 1; }
 		done
 		(($(date +%s) < deadline)) || { log "frontend not healthy within ${START_TIMEOUT}s"; return 1; }
 		sleep 1
@@ -401,7 +411,7 @@ cmd_start() {
 	launch_node frontend
 	local deadline=$(($(date +%s) + START_TIMEOUT))
 	until port_in_use "$BASE_PORT"; do
-		node_pid frontend >/dev/null || { tail -n 30 "$(node_dir frontend)/server.log" >&2; die "frontend exited during startup"; }
+		node_alive frontend || { tail -n 30 "$(node_dir frontend)/server.log" >&2; die "frontend exited during startup"; }
 		(($(date +%s) < deadline)) || die "frontend not listening within ${START_TIMEOUT}s"
 		sleep 0.2
 	done
