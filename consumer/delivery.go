@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/IBM/sarama"
@@ -129,17 +128,15 @@ func (s *Sink) client() *http.Client {
 	if s.Client != nil {
 		return s.Client
 	}
-	return defaultWebhookClient()
+	return defaultWebhookClient
 }
 
-// defaultWebhookClient is made at first use, when tracing's settings are
-// known.
-var defaultWebhookClient = sync.OnceValue(func() *http.Client {
-	return &http.Client{
-		Timeout:   10 * time.Second,
-		Transport: tracing.Transport(&http.Transport{MaxIdleConnsPerHost: 64, IdleConnTimeout: 90 * time.Second}),
-	}
-})
+// defaultWebhookClient traces its calls while tracing is on (the
+// transport decides per call).
+var defaultWebhookClient = &http.Client{
+	Timeout:   10 * time.Second,
+	Transport: tracing.Transport(&http.Transport{MaxIdleConnsPerHost: 64, IdleConnTimeout: 90 * time.Second}),
+}
 
 // Where an event stands before the consumer applies it.
 const (
