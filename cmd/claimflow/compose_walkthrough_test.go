@@ -298,6 +298,10 @@ func TestComposeWalkthrough(t *testing.T) {
 	}
 	m["postgres:5432"] = db.Host
 	m["temporal:7233"] = s.Config.TemporalAddress
+	// The demo's Jaeger: a receiver that keeps which services' spans
+	// share a trace.
+	traces := startOTLPSink(t)
+	m["jaeger:4318"] = traces.addr
 	for _, b := range strings.Split(*p.Services["api"].Environment["KAFKA_BROKERS"], ",") {
 		m[b] = strings.Join(s.Config.KafkaBrokers, ",")
 	}
@@ -427,6 +431,19 @@ func TestComposeWalkthrough(t *testing.T) {
 		}
 	}
 	t.Logf("walk-through answers:\n%s", out)
+
+	// The demo profile sends traces to Jaeger: a claim's spans from the
+	// API, the worker and the consumer arrive under one trace ID.
+	if env := p.Services["api"].Environment["OTEL_EXPORTER_OTLP_ENDPOINT"]; env != nil && *env != "" {
+		want := []string{"claimflow-api", "claimflow-worker", "claimflow-consumer"}
+		var per map[string]int
+		var spanning int
+		waitFor(t, 30*time.Second, "one trace across api, worker and consumer", func() bool {
+			per, spanning = traces.services(want...)
+			return spanning > 0
+		})
+		t.Logf("traces received per service: %v; %d hold spans of all of %v", per, spanning, want)
+	}
 }
 
 // checkBrokerTopics compares the dev stack's broker with the topic list
