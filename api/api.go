@@ -141,7 +141,7 @@ func New(cfg Config) *Handler {
 	if tracing.On() {
 		// The request's span comes first, so the metrics' exemplars and the
 		// access log carry its trace.
-		r.Use(otelgin.Middleware("claimflow-api"))
+		r.Use(otelgin.Middleware("claimflow-api"), answerTraceParent)
 	}
 	r.Use(gin.Recovery(), s.metrics.middleware, s.accessLog, s.bound)
 	r.HandleMethodNotAllowed = true
@@ -396,4 +396,12 @@ func loadByID[T any](s *server, c *gin.Context, notFound, what string, load func
 		return zero, false
 	}
 	return got, true
+}
+
+// answerTraceParent names the request's trace in a traceparent response
+// header: where an operator starts to follow a claim.
+func answerTraceParent(c *gin.Context) {
+	if tp := tracing.TraceParent(c.Request.Context()); tp != "" {
+		c.Header("traceparent", tp)
+	}
 }

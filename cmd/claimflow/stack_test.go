@@ -130,6 +130,8 @@ type apiClient struct {
 	http *http.Client
 	// token is sent as the bearer token: an admin's, which may act for any student.
 	token string
+	// header is the last answer's headers.
+	header http.Header
 }
 
 func newAPIClient(t *testing.T, s *stack) *apiClient {
@@ -178,6 +180,7 @@ func (c *apiClient) do(method, path string, body any) (int, map[string]any, erro
 		return 0, nil, err
 	}
 	defer resp.Body.Close()
+	c.header = resp.Header
 	raw, err := io.ReadAll(resp.Body)
 	if err != nil {
 		return resp.StatusCode, nil, err

@@ -43,6 +43,7 @@ func TestOneClaimsTrace(t *testing.T) {
 	c.must("POST", "/v1/courses/trace101/enrollments?wait=confirmed", map[string]any{"student_id": "first"}, http.StatusCreated)
 	e := c.must("POST", "/v1/courses/trace101/enrollments?wait=confirmed", map[string]any{"student_id": "tess"}, http.StatusCreated)
 	enrollmentID := e["id"].(string)
+	answered := c.header.Get("traceparent")
 	eventID := workflows.EventID(enrollmentID, workflows.EventEnrollmentConfirmed)
 
 	byID := map[trace.SpanID]tracetest.SpanStub{}
@@ -96,6 +97,10 @@ func TestOneClaimsTrace(t *testing.T) {
 	req, ok := byID[claim.Parent.SpanID()]
 	if !ok || !strings.Contains(req.Name, "/v1/courses/:id/enrollments") {
 		t.Errorf("the claim's wait has parent %q, want the HTTP request's span", req.Name)
+	}
+	// The answer names the request's trace, where an operator starts.
+	if want := tracing.TraceParent(trace.ContextWithSpanContext(context.Background(), req.SpanContext)); answered != want {
+		t.Errorf("the answer's traceparent header is %q, want the request span's %q", answered, want)
 	}
 	if got := attr(claim, "claimflow.batch_id"); got == "" || got != attr(batch, "claimflow.batch_id") {
 		t.Errorf("the claim's wait names batch %q, the batch span %q", got, attr(batch, "claimflow.batch_id"))

@@ -31,7 +31,6 @@ import (
 	"github.com/claimflow/claimflow/internal/tracing"
 	"github.com/claimflow/claimflow/worker"
 	"github.com/exaring/otelpgx"
-	temporalotel "go.temporal.io/sdk/contrib/opentelemetry"
 )
 
 // KafkaConfig is the Kafka client configuration of cfg for clientID.
@@ -64,9 +63,9 @@ func DialTemporal(ctx context.Context, cfg config.Config, log *slog.Logger, tel 
 	if tracing.On() {
 		// Carries the trace through Temporal's headers into the workflows
 		// and their activities.
-		ti, err := temporalotel.NewTracingInterceptor(temporalotel.TracerOptions{})
+		ti, err := tracing.TemporalInterceptor()
 		if err != nil {
-			return nil, fmt.Errorf("the Temporal SDK's tracing interceptor: %w", err)
+			return nil, err
 		}
 		interceptors = append(interceptors, ti)
 	}
