@@ -55,6 +55,10 @@ type Options struct {
 	// the courses whose ID starts with coursePrefix (claimflow's arm: the
 	// command asks Temporal); the audit reports them.
 	Holders func(ctx context.Context, coursePrefix string) (Holders, error)
+	// Growth, when set, reads the run every Growth into a growth table;
+	// DataDir is the 'claimflow dev' data dir whose files it sizes.
+	Growth  time.Duration
+	DataDir string
 }
 
 func (o *Options) defaults() {
@@ -153,7 +157,9 @@ type Result struct {
 	// an arm without metrics: the peer, or no URL; NoStageTable says why).
 	StageTable   *StageTable `json:"stage_table,omitempty"`
 	NoStageTable string      `json:"no_stage_table,omitempty"`
-	Timeline     []Second    `json:"timeline"`
+	// Growth is the run interval by interval (Options.Growth).
+	Growth   *Growth  `json:"growth,omitempty"`
+	Timeline []Second `json:"timeline"`
 }
 
 // newRunID is a short unique prefix for the run's course IDs, so the SQL and
@@ -193,6 +199,10 @@ func Run(ctx context.Context, o Options, arm Arm) (*Result, error) {
 	} else {
 		res.NoStageTable = arm.NoMetrics
 	}
+	var growth *growthProbe
+	if o.Growth > 0 {
+		growth = startGrowthProbe(ctx, o.Growth, o.DataDir, o.DB, arm.Metrics, arm.PIDs, start)
+	}
 	en := &enroller{
 		client: client, bases: arm.bases(), token: arm.Token, courses: courses, students: o.Students,
 		sleep: o.Scenario.Sleep, maxRetries: o.MaxRetries, start: start, rec: rec,
@@ -215,6 +225,9 @@ func Run(ctx context.Context, o Options, arm Arm) (*Result, error) {
 	}
 
 	samples, dropped := rec.Snapshot()
+	if growth != nil {
+		res.Growth = growth.result(samples)
+	}
 	if probe != nil {
 		if res.StageTable = probe.result(samples); res.StageTable == nil {
 			res.NoStageTable = "the run ended before the hold's second reading"

@@ -32,10 +32,34 @@ type histograms map[string][]histogram
 // parseHistograms reads the histograms of a text exposition; other metric
 // types are skipped.
 func parseHistograms(r io.Reader) (histograms, error) {
+	h, _, err := parseMetrics(r)
+	return h, err
+}
+
+// scalars are the gauges and counters of a scrape, each family's series
+// added up, and each summary's _sum and _count.
+type scalars map[string]float64
+
+// parseMetrics reads the histograms and the scalars of a text exposition.
+func parseMetrics(r io.Reader) (histograms, scalars, error) {
 	p := expfmt.NewTextParser(model.UTF8Validation)
 	families, err := p.TextToMetricFamilies(r)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
+	}
+	sc := scalars{}
+	for name, f := range families {
+		for _, m := range f.GetMetric() {
+			switch f.GetType() {
+			case dto.MetricType_GAUGE:
+				sc[name] += m.GetGauge().GetValue()
+			case dto.MetricType_COUNTER:
+				sc[name] += m.GetCounter().GetValue()
+			case dto.MetricType_SUMMARY:
+				sc[name+"_sum"] += m.GetSummary().GetSampleSum()
+				sc[name+"_count"] += float64(m.GetSummary().GetSampleCount())
+			}
+		}
 	}
 	out := histograms{}
 	for name, f := range families {
@@ -58,30 +82,30 @@ func parseHistograms(r io.Reader) (histograms, error) {
 			out[name] = append(out[name], s)
 		}
 	}
-	return out, nil
+	return out, sc, nil
 }
 
-// scrapeHistograms GETs url and parses its histograms.
-func scrapeHistograms(ctx context.Context, c *http.Client, url string) (histograms, error) {
+// scrapeMetrics GETs url and parses its histograms and scalars.
+func scrapeMetrics(ctx context.Context, c *http.Client, url string) (histograms, scalars, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	req.Header.Set("Accept", "text/plain; version=0.0.4")
 	resp, err := c.Do(req)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		_, _ = io.Copy(io.Discard, resp.Body)
-		return nil, fmt.Errorf("GET %s answered %d", url, resp.StatusCode)
+		return nil, nil, fmt.Errorf("GET %s answered %d", url, resp.StatusCode)
 	}
-	h, err := parseHistograms(resp.Body)
+	h, sc, err := parseMetrics(resp.Body)
 	if err != nil {
-		return nil, fmt.Errorf("GET %s: %w", url, err)
+		return nil, nil, fmt.Errorf("GET %s: %w", url, err)
 	}
-	return h, nil
+	return h, sc, nil
 }
 
 // labelKey identifies a series within its family.

@@ -82,6 +82,9 @@ func WriteSummary(w io.Writer, r *Result) {
 	case r.NoStageTable != "":
 		p("  stage table ...........: none: %s\n", r.NoStageTable)
 	}
+	if r.Growth != nil {
+		writeGrowth(w, r.Growth)
+	}
 }
 
 func statusLine(m map[string]int) string {

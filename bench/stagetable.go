@@ -185,10 +185,12 @@ type stageProbe struct {
 	err      error
 }
 
-// reading is the histograms of every URL and the CPU at one moment.
+// reading is the histograms of every URL and the CPU at one moment, and
+// the scalars of every URL added up.
 type reading struct {
 	at   time.Duration
 	hist histograms
+	sc   scalars
 	cpu  cpuSnapshot
 	err  error
 }
@@ -203,22 +205,26 @@ func takeReading(ctx context.Context, c *http.Client, urls []string, roots []int
 	}
 	type answer struct {
 		h   histograms
+		sc  scalars
 		err error
 	}
 	answers := make([]answer, len(urls))
 	var wg sync.WaitGroup
 	for i, u := range urls {
 		wg.Go(func() {
-			answers[i].h, answers[i].err = scrapeHistograms(ctx, c, u)
+			answers[i].h, answers[i].sc, answers[i].err = scrapeMetrics(ctx, c, u)
 		})
 	}
 	wg.Wait()
-	r.hist = histograms{}
+	r.hist, r.sc = histograms{}, scalars{}
 	var errs []error
 	for i, a := range answers {
 		if a.err != nil {
 			errs = append(errs, a.err)
 			continue
+		}
+		for name, v := range a.sc {
+			r.sc[name] += v
 		}
 		for name, series := range a.h {
 			for _, s := range series {

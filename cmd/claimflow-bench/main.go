@@ -162,6 +162,7 @@ func parseLoad(env benchEnv, mode string, args []string, stderr io.Writer) (load
 	maxRetries := fs.Int("max-retries", 3, "retries of one iteration after a 429/503 carrying Retry-After")
 	drainTimeout := fs.Duration("drain-timeout", 3*time.Minute, "how long to wait for the run's enrollments to settle before the audit")
 	progressEvery := fs.Duration("progress", 3*time.Second, "interval of the live progress line on stderr")
+	growth := fs.Duration("growth", 0, "print a growth table with a row per this interval: client and stage p95, the sizes of the data dir's Temporal DB and WAL and Kafka log, Postgres' tables, indexes, dead tuples, checkpoints and autovacuum runs, GC pauses and heap, machine busy (burst, compare; e.g. 10s)")
 	r := loadRun{mode: mode}
 	fs.StringVar(&r.jsonOut, "json", "", "write every figure as JSON to this file")
 	fs.StringVar(&r.plotOut, "plot", "", "draw throughput and latency percentiles per second into this PNG")
@@ -210,6 +211,7 @@ func parseLoad(env benchEnv, mode string, args []string, stderr io.Writer) (load
 		Churn: *churn, HoldSeat: *holdSeat, Waitlist: *waitlist,
 		Kafka:    env.kafkaConfig("claimflow-bench"),
 		Progress: stderr, ProgressEvery: *progressEvery,
+		Growth: *growth, DataDir: r.dataDir,
 	}
 	r.arm = arm
 	if len(arm.PIDs) > 0 {

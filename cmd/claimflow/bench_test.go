@@ -36,7 +36,8 @@ func TestBenchQuick(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the bench runs against the real stack; skipped with -short")
 	}
-	s := startTestStack(t, testStackOptions(t, dataDir(t)))
+	dir := dataDir(t)
+	s := startTestStack(t, testStackOptions(t, dir))
 	out := t.TempDir()
 	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	// Each run is bounded on its own, as each claimflow-bench invocation is.
@@ -80,6 +81,7 @@ func TestBenchQuick(t *testing.T) {
 
 	t.Run("burst", func(t *testing.T) {
 		o := quick(bench.QuickScenario(), time.Second)
+		o.Growth, o.DataDir = time.Second, dir // --growth 1s --data-dir
 		a := arm
 		a.PIDs, a.RSSScope = []int{os.Getpid()}, "pids "+strconv.Itoa(os.Getpid())
 		r, err := bench.Run(runCtx(t), o, a)
@@ -87,7 +89,7 @@ func TestBenchQuick(t *testing.T) {
 			t.Fatal(err)
 		}
 		summary := summarize(t, r)
-		for _, want := range []string{"http_reqs", "http_req_duration", "requested → recorded", "audit", "stages over the hold", "CPU over the same window"} {
+		for _, want := range []string{"http_reqs", "http_req_duration", "requested → recorded", "audit", "stages over the hold", "CPU over the same window", "growth, every 1s"} {
 			if !strings.Contains(summary, want) {
 				t.Errorf("summary lacks %q", want)
 			}
@@ -98,6 +100,7 @@ func TestBenchQuick(t *testing.T) {
 			t.Error("rss_mb is null although a PID was given")
 		}
 		checkStageTable(t, j)
+		checkGrowth(t, r.Growth)
 		checkPlot(t, filepath.Join(out, "burst.png"), r)
 	})
 
@@ -638,5 +641,33 @@ func checkPNG(t *testing.T, path string) {
 	}
 	if img.Bounds().Dx() < 100 || img.Bounds().Dy() < 100 {
 		t.Fatalf("%s is only %v", path, img.Bounds())
+	}
+}
+
+// checkGrowth wants a row per second of the run with its answers, its
+// stages, the data dir's and Postgres' sizes and the heap.
+func checkGrowth(t *testing.T, g *bench.Growth) {
+	t.Helper()
+	if g == nil || len(g.Rows) < 4 {
+		t.Fatalf("growth table: %+v, want a row per second of a 5 s run", g)
+	}
+	var answers int
+	for _, r := range g.Rows {
+		answers += r.Answers
+		if r.TemporalDB == nil || r.KafkaDir == nil || r.PGTables == nil || r.PGIndexes == nil || r.PGCheckpoints == nil || r.PGAutovacuums == nil {
+			t.Errorf("growth row at %gs lacks a size or a Postgres counter: %+v", r.FromS, r)
+		}
+		if r.HeapMB == nil || *r.HeapMB <= 0 || r.GCCycles == nil || r.MachineBusyShare == nil {
+			t.Errorf("growth row at %gs lacks the heap, GC or the machine: %+v", r.FromS, r)
+		}
+		if len(r.Stages) == 0 {
+			t.Errorf("growth row at %gs has no stages", r.FromS)
+		}
+	}
+	if answers < 150 {
+		t.Errorf("the growth rows hold %d answers of a 250-claim run", answers)
+	}
+	if first, last := g.Rows[0], g.Rows[len(g.Rows)-1]; *last.PGTables <= *first.PGTables && *last.TemporalDB <= *first.TemporalDB {
+		t.Errorf("neither Postgres' tables nor the Temporal DB grew over the run: %d → %d, %d → %d", *first.PGTables, *last.PGTables, *first.TemporalDB, *last.TemporalDB)
 	}
 }

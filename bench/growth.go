@@ -1,0 +1,282 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"io/fs"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Growth is what a run's time is spent on, interval by interval
+// (--growth): the client's and each stage's latency beside what grows with
+// the work done (the Temporal dev server's SQLite files, Kafka's log,
+// Postgres' tables, its checkpoints and autovacuum runs, the Go heap and
+// its GC pauses) and how busy the machine was. A latency that climbs while
+// the offered rate stays the same shows here next to what grew with it.
+type Growth struct {
+	IntervalS float64     `json:"interval_s"`
+	DataDir   string      `json:"data_dir"`
+	Rows      []GrowthRow `json:"rows"`
+}
+
+// GrowthRow is one interval [FromS, ToS) of the run.
+type GrowthRow struct {
+	FromS       float64 `json:"from_s"`
+	ToS         float64 `json:"to_s"`
+	Answers     int     `json:"answers"`
+	ClientP50MS float64 `json:"client_p50_ms"`
+	ClientP95MS float64 `json:"client_p95_ms"`
+	// Stages are the stage table's rows over the interval (nil when the
+	// metrics were not read).
+	Stages []StageRow `json:"stages,omitempty"`
+	// Sizes in bytes at the interval's end; nil where not found.
+	TemporalDB    *int64 `json:"temporal_db_bytes"`
+	TemporalWAL   *int64 `json:"temporal_wal_bytes"`
+	KafkaDir      *int64 `json:"kafka_dir_bytes"`
+	PGTables      *int64 `json:"pg_tables_bytes"`
+	PGIndexes     *int64 `json:"pg_indexes_bytes"`
+	PGDeadTuples  *int64 `json:"pg_dead_tuples"`
+	PGCheckpoints *int64 `json:"pg_checkpoints"` // in the interval
+	PGAutovacuums *int64 `json:"pg_autovacuums"` // in the interval
+	PGAutoanalyze *int64 `json:"pg_autoanalyzes"`
+	// GC over the interval, and the heap at its end, of the processes
+	// whose /metrics were read.
+	GCPauseMS           *float64 `json:"gc_pause_ms"`
+	GCCycles            *float64 `json:"gc_cycles"`
+	HeapMB              *float64 `json:"heap_alloc_mb"`
+	Goroutines          *float64 `json:"goroutines"`
+	MachineBusyShare    *float64 `json:"machine_busy_share"`
+	MachineIOStallShare *float64 `json:"machine_io_stall_share"`
+}
+
+// growthReading is a reading with the sizes and Postgres' counters.
+type growthReading struct {
+	reading
+	temporalDB, temporalWAL, kafkaDir                 *int64
+	tables, indexes, dead, ckpt, autovac, autoanalyze *int64
+}
+
+// growthProbe reads every interval from the run's start until stop.
+type growthProbe struct {
+	interval time.Duration
+	dataDir  string
+	stop     chan struct{}
+	done     chan struct{}
+
+	mu       sync.Mutex
+	readings []growthReading
+}
+
+func startGrowthProbe(ctx context.Context, interval time.Duration, dataDir string, db *pgxpool.Pool, urls []string, roots []int, start time.Time) *growthProbe {
+	p := &growthProbe{interval: interval, dataDir: dataDir, stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(p.done)
+		c := &http.Client{Timeout: 5 * time.Second}
+		defer c.CloseIdleConnections()
+		for i := 0; ; i++ {
+			select {
+			case <-ctx.Done():
+				return
+			case <-p.stop:
+				return
+			case <-time.After(time.Until(start.Add(time.Duration(i) * interval))):
+			}
+			r := growthReading{reading: takeReading(ctx, c, urls, roots, start)}
+			r.sizes(dataDir)
+			r.postgres(ctx, db)
+			p.mu.Lock()
+			p.readings = append(p.readings, r)
+			p.mu.Unlock()
+		}
+	}()
+	return p
+}
+
+func (r *growthReading) sizes(dir string) {
+	if dir == "" {
+		return
+	}
+	r.temporalDB = fileSize(filepath.Join(dir, "temporal.db"))
+	r.temporalWAL = fileSize(filepath.Join(dir, "temporal.db-wal"))
+	r.kafkaDir = dirSize(filepath.Join(dir, "kafka"))
+}
+
+func fileSize(path string) *int64 {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil
+	}
+	n := fi.Size()
+	return &n
+}
+
+func dirSize(dir string) *int64 {
+	var n int64
+	found := false
+	_ = filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return nil // a segment removed meanwhile
+		}
+		found = true
+		if fi, err := d.Info(); err == nil && !d.IsDir() {
+			n += fi.Size()
+		}
+		return nil
+	})
+	if !found {
+		return nil
+	}
+	return &n
+}
+
+// postgres reads the tables' and indexes' sizes, their dead tuples, and the
+// checkpoint and autovacuum counters (PostgreSQL 17 moved the checkpoints
+// to pg_stat_checkpointer).
+func (r *growthReading) postgres(ctx context.Context, db *pgxpool.Pool) {
+	if db == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	var tables, indexes, dead, autovac, autoanalyze int64
+	if db.QueryRow(ctx, `SELECT coalesce(sum(pg_table_size(relid)),0)::bigint, coalesce(sum(pg_indexes_size(relid)),0)::bigint,
+		coalesce(sum(n_dead_tup),0)::bigint, coalesce(sum(autovacuum_count),0)::bigint, coalesce(sum(autoanalyze_count),0)::bigint
+		FROM pg_stat_user_tables`).Scan(&tables, &indexes, &dead, &autovac, &autoanalyze) == nil {
+		r.tables, r.indexes, r.dead, r.autovac, r.autoanalyze = &tables, &indexes, &dead, &autovac, &autoanalyze
+	}
+	var ckpt int64
+	if db.QueryRow(ctx, `SELECT (num_timed + num_requested)::bigint FROM pg_stat_checkpointer`).Scan(&ckpt) == nil ||
+		db.QueryRow(ctx, `SELECT (checkpoints_timed + checkpoints_req)::bigint FROM pg_stat_bgwriter`).Scan(&ckpt) == nil {
+		r.ckpt = &ckpt
+	}
+}
+
+// result stops the probe and turns its readings into rows, each with the
+// client's answers that ended in it.
+func (p *growthProbe) result(samples []Sample) *Growth {
+	close(p.stop)
+	<-p.done
+	g := &Growth{IntervalS: p.interval.Seconds(), DataDir: p.dataDir}
+	for i := 1; i < len(p.readings); i++ {
+		a, b := p.readings[i-1], p.readings[i]
+		row := GrowthRow{FromS: round3(a.at.Seconds()), ToS: round3(b.at.Seconds()),
+			TemporalDB: b.temporalDB, TemporalWAL: b.temporalWAL, KafkaDir: b.kafkaDir,
+			PGTables: b.tables, PGIndexes: b.indexes, PGDeadTuples: b.dead,
+			PGCheckpoints: delta(a.ckpt, b.ckpt), PGAutovacuums: delta(a.autovac, b.autovac), PGAutoanalyze: delta(a.autoanalyze, b.autoanalyze)}
+		c := clientRow(samples, a.at, b.at)
+		row.Answers, row.ClientP50MS, row.ClientP95MS = int(c.Count), *c.P50MS, *c.P95MS
+		if a.hist != nil && b.hist != nil {
+			row.Stages = stageRows(diffHistograms(a.hist, b.hist))
+		}
+		if a.sc != nil && b.sc != nil {
+			if s, ok := b.sc["go_gc_duration_seconds_sum"]; ok {
+				row.GCPauseMS = ptr(round3((s - a.sc["go_gc_duration_seconds_sum"]) * 1000))
+				row.GCCycles = ptr(b.sc["go_gc_duration_seconds_count"] - a.sc["go_gc_duration_seconds_count"])
+			}
+			if h, ok := b.sc["go_memstats_heap_alloc_bytes"]; ok {
+				row.HeapMB = ptr(round3(h / (1 << 20)))
+			}
+			if n, ok := b.sc["go_goroutines"]; ok {
+				row.Goroutines = ptr(n)
+			}
+		}
+		if a.cpu.procs != nil && b.cpu.procs != nil {
+			row.MachineBusyShare = machineBusy(a.cpu, b.cpu)
+			row.MachineIOStallShare = machineIOStall(a.cpu, b.cpu, (b.at - a.at).Seconds())
+		}
+		g.Rows = append(g.Rows, row)
+	}
+	return g
+}
+
+func delta(a, b *int64) *int64 {
+	if a == nil || b == nil {
+		return nil
+	}
+	d := *b - *a
+	return &d
+}
+
+// growthColumns are the stages the printed table shows (p95, ms); --json
+// has every stage's p50 and p95.
+var growthColumns = []struct{ head, stage string }{
+	{"batcher", "batcher wait"},
+	{"UwS", "Update-With-Start round trip"},
+	{"wf task", "workflow task execution"},
+	{"reserve", "ReserveSeats (local activity)"},
+	{"publish", "PublishBatch (local activity)"},
+	{"respond", "RespondWorkflowTaskCompleted"},
+}
+
+// writeGrowth prints the growth table.
+func writeGrowth(w io.Writer, g *Growth) {
+	p := func(format string, args ...any) { fmt.Fprintf(w, format, args...) }
+	p("  growth, every %gs (latencies p95 in ms unless named; sizes in MiB at the interval's end; checkpoints, autovacuum runs, GC in the interval; %s):\n",
+		g.IntervalS, g.DataDir)
+	head := []string{"from s", "answers", "cli p50", "cli p95"}
+	for _, c := range growthColumns {
+		head = append(head, c.head)
+	}
+	head = append(head, "batch p50", "tdb", "twal", "kafka", "pg tbl", "pg idx", "dead k", "ckpt", "autovac", "gc ms", "gc n", "heap", "busy%", "io%")
+	for _, h := range head {
+		p(" %8s", h)
+	}
+	p("\n")
+	mib := func(v *int64) string {
+		if v == nil {
+			return "—"
+		}
+		return f1(float64(*v) / (1 << 20))
+	}
+	num := func(v *int64) string {
+		if v == nil {
+			return "—"
+		}
+		return fmt.Sprint(*v)
+	}
+	flt := func(v *float64, scale float64) string {
+		if v == nil {
+			return "—"
+		}
+		return f1(*v * scale)
+	}
+	for _, r := range g.Rows {
+		cells := []string{f1(r.FromS), fmt.Sprint(r.Answers), f1(r.ClientP50MS), f1(r.ClientP95MS)}
+		for _, c := range growthColumns {
+			cells = append(cells, stageCell(r.Stages, c.stage, false))
+		}
+		dead := "—"
+		if r.PGDeadTuples != nil {
+			dead = f1(float64(*r.PGDeadTuples) / 1000)
+		}
+		cells = append(cells, stageCell(r.Stages, "claims per batch", true),
+			mib(r.TemporalDB), mib(r.TemporalWAL), mib(r.KafkaDir), mib(r.PGTables), mib(r.PGIndexes), dead,
+			num(r.PGCheckpoints), num(r.PGAutovacuums), flt(r.GCPauseMS, 1), flt(r.GCCycles, 1), flt(r.HeapMB, 1),
+			flt(r.MachineBusyShare, 100), flt(r.MachineIOStallShare, 100))
+		for _, c := range cells {
+			p(" %8s", c)
+		}
+		p("\n")
+	}
+}
+
+// stageCell is a stage's p95 in ms, or for the claims per batch its p50.
+func stageCell(rows []StageRow, name string, claims bool) string {
+	for _, r := range rows {
+		if r.Name != name || r.Count == 0 {
+			continue
+		}
+		if claims {
+			return f1(*r.P50)
+		}
+		return f1(*r.P95MS)
+	}
+	return "—"
+}
