@@ -24,6 +24,38 @@ type Growth struct {
 	IntervalS float64     `json:"interval_s"`
 	DataDir   string      `json:"data_dir"`
 	Rows      []GrowthRow `json:"rows"`
+	// Per30s is the client's latency over each 30 s of the run: what the
+	// flatness target is judged on.
+	Per30s []ClientWindow `json:"client_per_30s"`
+}
+
+// ClientWindow is the client's answers that ended in [FromS, ToS).
+type ClientWindow struct {
+	FromS   float64 `json:"from_s"`
+	ToS     float64 `json:"to_s"`
+	Answers int     `json:"answers"`
+	P50MS   float64 `json:"p50_ms"`
+	P95MS   float64 `json:"p95_ms"`
+	P99MS   float64 `json:"p99_ms"`
+}
+
+// clientWindows cuts [0, end) into windows of w.
+func clientWindows(samples []Sample, w, end time.Duration) []ClientWindow {
+	var out []ClientWindow
+	// A last window shorter than a second (the reading after the load's
+	// end) holds no answer worth a row.
+	for from := time.Duration(0); from < end-time.Second; from += w {
+		to := min(from+w, end)
+		var lat []float64
+		for _, s := range samples {
+			if s.End >= from && s.End < to && s.Outcome == OutcomeStatus {
+				lat = append(lat, ms(s.Latency))
+			}
+		}
+		sum := Summarize(lat)
+		out = append(out, ClientWindow{FromS: from.Seconds(), ToS: to.Seconds(), Answers: len(lat), P50MS: sum.P50, P95MS: sum.P95, P99MS: sum.P99})
+	}
+	return out
 }
 
 // GrowthRow is one interval [FromS, ToS) of the run.
@@ -193,6 +225,9 @@ func (p *growthProbe) result(samples []Sample) *Growth {
 		}
 		g.Rows = append(g.Rows, row)
 	}
+	if n := len(p.readings); n > 0 {
+		g.Per30s = clientWindows(samples, 30*time.Second, p.readings[n-1].at)
+	}
 	return g
 }
 
@@ -264,6 +299,10 @@ func writeGrowth(w io.Writer, g *Growth) {
 			p(" %8s", c)
 		}
 		p("\n")
+	}
+	p("  the client per 30 s (answers, p50 / p95 / p99 ms):\n")
+	for _, c := range g.Per30s {
+		p("    %5.0f–%-5.0fs %7d  %6.1f / %6.1f / %6.1f\n", c.FromS, c.ToS, c.Answers, c.P50MS, c.P95MS, c.P99MS)
 	}
 }
 

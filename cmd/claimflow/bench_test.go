@@ -667,6 +667,9 @@ func checkGrowth(t *testing.T, g *bench.Growth) {
 	if answers < 150 {
 		t.Errorf("the growth rows hold %d answers of a 250-claim run", answers)
 	}
+	if len(g.Per30s) != 1 || g.Per30s[0].Answers < answers || g.Per30s[0].P95MS <= 0 {
+		t.Errorf("the client's 30 s windows of a 5 s run: %+v, want one with the rows' %d answers", g.Per30s, answers)
+	}
 	if first, last := g.Rows[0], g.Rows[len(g.Rows)-1]; *last.PGTables <= *first.PGTables && *last.TemporalDB <= *first.TemporalDB {
 		t.Errorf("neither Postgres' tables nor the Temporal DB grew over the run: %d → %d, %d → %d", *first.PGTables, *last.PGTables, *first.TemporalDB, *last.TemporalDB)
 	}

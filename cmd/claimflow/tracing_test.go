@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
@@ -24,7 +26,8 @@ import (
 // with its SQL, the Kafka produce, the record consumed (continuing the
 // produce's trace through the traceparent header), and the consumer's
 // batch (linked to the record) with the notification's insert and the
-// webhook call. It prints the claim's span trees.
+// webhook call. It prints the claim's span trees. Then a coupon's use, with
+// its payout call, and a dead-lettered claim's retry.
 func TestOneClaimsTrace(t *testing.T) {
 	if testing.Short() {
 		t.Skip("integration tests start the real stack; skipped with -short")
@@ -177,6 +180,87 @@ func TestOneClaimsTrace(t *testing.T) {
 	for _, root := range []tracetest.SpanStub{req, batch, deskRoot, consumerBatch} {
 		t.Logf("trace %s:\n%s", root.SpanContext.TraceID(), printTree(byID, root))
 	}
+
+	collect := func() {
+		_ = tp.ForceFlush(context.Background())
+		for _, sp := range exp.GetSpans() {
+			byID[sp.SpanContext.SpanID()] = sp
+		}
+	}
+	inTrace := func(id trace.TraceID, cond func(tracetest.SpanStub) bool) (tracetest.SpanStub, bool) {
+		return find(func(sp tracetest.SpanStub) bool { return sp.SpanContext.TraceID() == id && cond(sp) })
+	}
+	named := func(prefix string) func(tracetest.SpanStub) bool {
+		return func(sp tracetest.SpanStub) bool { return strings.HasPrefix(sp.Name, prefix) }
+	}
+
+	// A coupon's use: the request's trace holds the UseCoupon run, its
+	// activities and, under one of them, the vendor's payout call.
+	c.must("POST", "/v1/vendors", map[string]any{"id": "trace-vendor", "name": "Traced Coffee"}, http.StatusCreated)
+	c.must("POST", "/v1/coupon-types", map[string]any{"id": "trace-type", "vendor_id": "trace-vendor", "name": "traced",
+		"stock": 2, "payout_cents": 250}, http.StatusCreated)
+	k := c.must("POST", "/v1/coupon-types/trace-type/coupons", map[string]any{"user_id": "u-trace"}, http.StatusCreated)
+	c.must("POST", "/v1/coupons/"+k["id"].(string)+"/use", map[string]any{"user_id": "u-trace"}, http.StatusOK)
+	use := traceOf(t, c.header.Get("traceparent"))
+	var payout tracetest.SpanStub
+	waitFor(t, 30*time.Second, "the coupon use's payout call in its request's trace", func() bool {
+		collect()
+		if _, ok := inTrace(use, named("RunWorkflow:UseCoupon")); !ok {
+			return false
+		}
+		var ok bool
+		payout, ok = inTrace(use, func(sp tracetest.SpanStub) bool {
+			return sp.SpanKind == trace.SpanKindClient && strings.Contains(sp.Name, "POST") &&
+				strings.HasPrefix(byID[sp.Parent.SpanID()].Name, "RunActivity:")
+		})
+		return ok
+	})
+	useReq, _ := inTrace(use, named("POST /v1/coupons/:id/use"))
+	t.Logf("coupon use, trace %s (the payout call %s):\n%s", use, payout.Name, printTree(byID, useReq))
+
+	// A dead-lettered claim: the operator's retry is a signal in the retry
+	// request's trace, and the publish the run tries again is a new span
+	// of the trace that holds its failed attempts.
+	c.must("POST", "/v1/courses", map[string]any{"id": "trace102", "title": "Dead-lettered", "capacity": 2}, http.StatusCreated)
+	removeFault := failProduces(t, s, workflows.EnrollmentTopic)
+	d := c.must("POST", "/v1/courses/trace102/enrollments", map[string]any{"student_id": "dana"}, http.StatusCreated)
+	dl := waitDeadLetter(t, c, d["id"].(string))
+	removeFault()
+	wf := dl["workflow_id"].(string)
+	ofRun := func(sp tracetest.SpanStub) bool { return attr(sp, "temporalWorkflowID") == wf }
+	retriedAt := time.Now()
+	c.must("POST", fmt.Sprintf("/v1/dead-letters/%v/retry", dl["id"]), nil, http.StatusAccepted)
+	retry := traceOf(t, c.header.Get("traceparent"))
+	var again tracetest.SpanStub
+	waitFor(t, 60*time.Second, "the retried publish in the trace of the failed ones", func() bool {
+		collect()
+		if _, ok := inTrace(retry, func(sp tracetest.SpanStub) bool { return named("HandleSignal:")(sp) && ofRun(sp) }); !ok {
+			return false
+		}
+		var ok bool
+		again, ok = find(func(sp tracetest.SpanStub) bool {
+			if !named("RunActivity:"+workflows.Publish.Name)(sp) || !ofRun(sp) || sp.StartTime.Before(retriedAt) || sp.Status.Code == codes.Error {
+				return false
+			}
+			_, failedBefore := inTrace(sp.SpanContext.TraceID(), func(f tracetest.SpanStub) bool {
+				return named("RunActivity:"+workflows.Publish.Name)(f) && ofRun(f) && f.StartTime.Before(retriedAt) && f.Status.Code == codes.Error
+			})
+			return failedBefore
+		})
+		return ok
+	})
+	t.Logf("dead letter %v of run %s retried: %s (trace %s) after failed attempts in the same trace; the retry request's trace %s holds the signal",
+		dl["id"], wf, again.Name, again.SpanContext.TraceID(), retry)
+}
+
+// traceOf is the trace ID of a traceparent header.
+func traceOf(t *testing.T, traceparent string) trace.TraceID {
+	t.Helper()
+	sc := trace.SpanContextFromContext(propagation.TraceContext{}.Extract(context.Background(), propagation.MapCarrier{"traceparent": traceparent}))
+	if !sc.IsValid() {
+		t.Fatalf("the answer carries no valid traceparent: %q", traceparent)
+	}
+	return sc.TraceID()
 }
 
 // printTree renders root and its descendants, one span a line, indented,
