@@ -1,12 +1,17 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"net"
 	"os"
 	"strconv"
+	"strings"
 	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/claimflow/claimflow/cmd/internal/services"
 	appconfig "github.com/claimflow/claimflow/internal/config"
@@ -81,4 +86,20 @@ func TestDevRunsOutsideACheckout(t *testing.T) {
 	s.start("TEMPORAL_CLI=")
 	s.api.must("POST", "/v1/courses", map[string]any{"id": "outside", "title": "Outside", "capacity": 1}, 201)
 	s.api.must("POST", "/v1/courses/outside/enrollments?wait=confirmed", map[string]any{"student_id": "s1"}, 201)
+
+	// Its PostgreSQL runs with the dev stack's settings.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	db, err := pgx.Connect(ctx, s.database)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close(ctx)
+	for _, kv := range services.DevPGSettings {
+		name, want, _ := strings.Cut(kv, "=")
+		var got string
+		if err := db.QueryRow(ctx, "SELECT current_setting($1)", name).Scan(&got); err != nil || got != want {
+			t.Errorf("claimflow dev's PostgreSQL has %s = %q (%v), want %q", name, got, err, want)
+		}
+	}
 }

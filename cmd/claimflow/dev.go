@@ -50,6 +50,7 @@ func runDev(ctx context.Context, cfg appconfig.Config, log *slog.Logger, args []
 	o.Progress = os.Stderr
 	switch *shape {
 	case "dev":
+		o.PGSettings = services.DevPGSettings
 	case "cluster":
 		if o.PGTLS {
 			return errors.New("--pg-tls is not for --shape cluster: its Temporal server connects to PostgreSQL in plaintext")

@@ -50,7 +50,8 @@ type StackOptions struct {
 	// MetricsPort, with the cluster shape, is the first worker's /metrics
 	// port; the other workers and the consumers follow it.
 	MetricsPort int
-	// PGSettings are settings of the private PostgreSQL (name=value).
+	// PGSettings are settings of the private PostgreSQL (name=value):
+	// DevPGSettings under `claimflow dev`.
 	PGSettings []string
 	// PGTLS serves the private PostgreSQL over TLS only (--pg-tls).
 	PGTLS bool
@@ -457,3 +458,12 @@ func (o *StackOptions) ChooseServices(list string) error {
 	}
 	return nil
 }
+
+// DevPGSettings are the private PostgreSQL's settings under `claimflow dev`.
+// The user's 4-minute scenario leaves 470 MB of enrollment indexes and
+// writes about 9 MB of WAL a second. With PostgreSQL's defaults (128 MB of
+// shared buffers, a checkpoint per 1 GB of WAL) the minutely autovacuum of
+// enrollments read those indexes from outside the buffers, taking longer
+// as they grew, and checkpoints fell in the run; with these it does
+// neither (docs/performance.md#the-full-scenario).
+var DevPGSettings = []string{"shared_buffers=1GB", "max_wal_size=4GB"}
