@@ -130,8 +130,6 @@ type apiClient struct {
 	http *http.Client
 	// token is sent as the bearer token: an admin's, which may act for any student.
 	token string
-	// header is the last answer's headers.
-	header http.Header
 }
 
 func newAPIClient(t *testing.T, s *stack) *apiClient {
@@ -159,17 +157,23 @@ func newStudentClient(t *testing.T, s *stack, sub string) *apiClient {
 
 // do sends a request and decodes a JSON answer into a map.
 func (c *apiClient) do(method, path string, body any) (int, map[string]any, error) {
+	status, out, _, err := c.exchange(method, path, body)
+	return status, out, err
+}
+
+// exchange is do that also returns the answer's headers.
+func (c *apiClient) exchange(method, path string, body any) (int, map[string]any, http.Header, error) {
 	var rd io.Reader
 	if body != nil {
 		b, err := json.Marshal(body)
 		if err != nil {
-			return 0, nil, err
+			return 0, nil, nil, err
 		}
 		rd = bytes.NewReader(b)
 	}
 	req, err := http.NewRequest(method, c.base+path, rd)
 	if err != nil {
-		return 0, nil, err
+		return 0, nil, nil, err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	if c.token != "" {
@@ -177,34 +181,40 @@ func (c *apiClient) do(method, path string, body any) (int, map[string]any, erro
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return 0, nil, err
+		return 0, nil, nil, err
 	}
 	defer resp.Body.Close()
-	c.header = resp.Header
 	raw, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return resp.StatusCode, nil, err
+		return resp.StatusCode, nil, resp.Header, err
 	}
 	out := map[string]any{}
 	if len(raw) > 0 {
 		if err := json.Unmarshal(raw, &out); err != nil {
-			return resp.StatusCode, nil, fmt.Errorf("decode %s %s answer %q: %w", method, path, raw, err)
+			return resp.StatusCode, nil, resp.Header, fmt.Errorf("decode %s %s answer %q: %w", method, path, raw, err)
 		}
 	}
-	return resp.StatusCode, out, nil
+	return resp.StatusCode, out, resp.Header, nil
 }
 
 // must is do that fails the test on a transport error or an unexpected status.
 func (c *apiClient) must(method, path string, body any, want int) map[string]any {
 	c.t.Helper()
-	status, out, err := c.do(method, path, body)
+	out, _ := c.mustHeader(method, path, body, want)
+	return out
+}
+
+// mustHeader is must that also returns the answer's headers.
+func (c *apiClient) mustHeader(method, path string, body any, want int) (map[string]any, http.Header) {
+	c.t.Helper()
+	status, out, header, err := c.exchange(method, path, body)
 	if err != nil {
 		c.t.Fatalf("%s %s: %v", method, path, err)
 	}
 	if status != want {
 		c.t.Fatalf("%s %s = %d %v, want %d", method, path, status, out, want)
 	}
-	return out
+	return out, header
 }
 
 func errorCode(body map[string]any) string {

@@ -44,9 +44,9 @@ func TestOneClaimsTrace(t *testing.T) {
 	// A first claim starts the desk run; the traced one is a later batch of
 	// that run, as almost every claim is.
 	c.must("POST", "/v1/courses/trace101/enrollments?wait=confirmed", map[string]any{"student_id": "first"}, http.StatusCreated)
-	e := c.must("POST", "/v1/courses/trace101/enrollments?wait=confirmed", map[string]any{"student_id": "tess"}, http.StatusCreated)
+	e, header := c.mustHeader("POST", "/v1/courses/trace101/enrollments?wait=confirmed", map[string]any{"student_id": "tess"}, http.StatusCreated)
 	enrollmentID := e["id"].(string)
-	answered := c.header.Get("traceparent")
+	answered := header.Get("traceparent")
 	eventID := workflows.EventID(enrollmentID, workflows.EventEnrollmentConfirmed)
 
 	byID := map[trace.SpanID]tracetest.SpanStub{}
@@ -200,8 +200,8 @@ func TestOneClaimsTrace(t *testing.T) {
 	c.must("POST", "/v1/coupon-types", map[string]any{"id": "trace-type", "vendor_id": "trace-vendor", "name": "traced",
 		"stock": 2, "payout_cents": 250}, http.StatusCreated)
 	k := c.must("POST", "/v1/coupon-types/trace-type/coupons", map[string]any{"user_id": "u-trace"}, http.StatusCreated)
-	c.must("POST", "/v1/coupons/"+k["id"].(string)+"/use", map[string]any{"user_id": "u-trace"}, http.StatusOK)
-	use := traceOf(t, c.header.Get("traceparent"))
+	_, header = c.mustHeader("POST", "/v1/coupons/"+k["id"].(string)+"/use", map[string]any{"user_id": "u-trace"}, http.StatusOK)
+	use := traceOf(t, header.Get("traceparent"))
 	var payout tracetest.SpanStub
 	waitFor(t, 30*time.Second, "the coupon use's payout call in its request's trace", func() bool {
 		collect()
@@ -229,8 +229,8 @@ func TestOneClaimsTrace(t *testing.T) {
 	wf := dl["workflow_id"].(string)
 	ofRun := func(sp tracetest.SpanStub) bool { return attr(sp, "temporalWorkflowID") == wf }
 	retriedAt := time.Now()
-	c.must("POST", fmt.Sprintf("/v1/dead-letters/%v/retry", dl["id"]), nil, http.StatusAccepted)
-	retry := traceOf(t, c.header.Get("traceparent"))
+	_, header = c.mustHeader("POST", fmt.Sprintf("/v1/dead-letters/%v/retry", dl["id"]), nil, http.StatusAccepted)
+	retry := traceOf(t, header.Get("traceparent"))
 	var again tracetest.SpanStub
 	waitFor(t, 60*time.Second, "the retried publish in the trace of the failed ones", func() bool {
 		collect()
