@@ -125,12 +125,12 @@ type Audit struct {
 	// not terminal (confirmed, failed, cancelled) after the drain.
 	Lost int `json:"lost"`
 	// DuplicateEvents: confirmed enrollments with copies of their
-	// enrollment.confirmed event that differ: no consumer deduping on the
-	// event ID could take them as one. Copies with the same bytes are
-	// Redelivered: the topic is at-least-once (a worker that dies between
-	// its publish and its workflow task's completion publishes again, under
-	// the same event ID), and the consumer dedupes them (docs/testing.md).
-	// enrollment.confirmed event on the topic.
+	// enrollment.confirmed event on the topic that differ: no consumer
+	// deduping on the event ID could take them as one. Copies with the same
+	// bytes are Redelivered: the topic is at-least-once (a worker that dies
+	// between its publish and its workflow task's completion publishes
+	// again, under the same event ID), and the consumer dedupes them
+	// (docs/testing.md).
 	DuplicateEvents int `json:"duplicate_events"`
 	Redelivered     int `json:"redelivered"`
 	// MissingEvents: confirmed enrollments with no such event.

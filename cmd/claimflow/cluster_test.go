@@ -240,7 +240,7 @@ func logStackFiles(t *testing.T, dir string) {
 			if len(line) > 300 {
 				line = line[:300] + "…"
 			}
-			t.Log("  " + line)
+			t.Log(logLine + line)
 		}
 	}
 }
@@ -410,14 +410,25 @@ func (c *clusterUnderTest) deskWorker(t *testing.T, workflowID string) string {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	identity := ""
-	it := tc.GetWorkflowHistory(ctx, workflowID, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
-	for it.HasNext() {
-		e, err := it.Next()
-		if err != nil {
-			t.Fatal(err)
+	// A desk continues as new every few seconds; a run read just after its
+	// start has no completed workflow task yet, so read until one has.
+	for identity == "" {
+		it := tc.GetWorkflowHistory(ctx, workflowID, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+		for it.HasNext() {
+			e, err := it.Next()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if a := e.GetWorkflowTaskCompletedEventAttributes(); a != nil {
+				identity = a.GetIdentity()
+			}
 		}
-		if a := e.GetWorkflowTaskCompletedEventAttributes(); a != nil {
-			identity = a.GetIdentity()
+		if identity == "" {
+			select {
+			case <-ctx.Done():
+				t.Fatalf("%s's current run completed no workflow task in 30 s", workflowID)
+			case <-time.After(100 * time.Millisecond):
+			}
 		}
 	}
 	pid, _, _ := strings.Cut(identity, "@")

@@ -116,10 +116,17 @@ func dataDir(t *testing.T) string {
 	return dir
 }
 
+// logLine marks a test's line that quotes a log (the stack's, a server's)
+// rather than saying what the test saw: .ci/run leaves such lines out when it
+// shows a failing test's own lines, which a long log would push out of view.
+const logLine = "log| "
+
 type testWriter struct{ t *testing.T }
 
 func (w testWriter) Write(p []byte) (int, error) {
-	w.t.Log(strings.TrimRight(string(p), "\n"))
+	for line := range strings.SplitSeq(strings.TrimRight(string(p), "\n"), "\n") {
+		w.t.Log(logLine + line)
+	}
 	return len(p), nil
 }
 
