@@ -278,19 +278,13 @@ func TestProductionShape(t *testing.T) {
 	})
 	t.Run("worker killed under load", func(t *testing.T) {
 		clusterFault(t, c, "worker", func(t *testing.T) {
-			// The worker that holds the first desk (its sticky queue):
-			// its claims are the ones in flight there.
-			pidFile := c.deskWorker(t, "enrollment-desk:0")
-			pid := readPID(t, pidFile)
-			t.Logf("killing %s (pid %d), the worker of enrollment-desk:0's last workflow task", filepath.Base(pidFile), pid)
-			// Frozen first, so that the tasks matching hands it in the
+			// The worker that holds the first desk (its sticky queue),
+			// frozen first, so that the tasks matching hands it in the
 			// meantime are in its hands when it dies, as with a crash
 			// mid-task; a worker killed between two tasks leaves nothing
 			// to recover.
-			if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
-				t.Fatal(err)
-			}
-			time.Sleep(500 * time.Millisecond)
+			pid, pidFile := c.freezeDeskWorker(t, "enrollment-desk:0")
+			t.Logf("killing %s (pid %d), frozen with enrollment-desk:0's workflow task", filepath.Base(pidFile), pid)
 			if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 				t.Fatal(err)
 			}
@@ -397,10 +391,11 @@ func (c *clusterUnderTest) historyNodeOf(t *testing.T, workflowID string) string
 	return ""
 }
 
-// deskWorker is the PID file of the worker process that completed the
-// last workflow task of workflowID's current run: the SDK's identity of a
-// worker starts with its PID.
-func (c *clusterUnderTest) deskWorker(t *testing.T, workflowID string) string {
+// lastTaskWorker is the PID of the worker process that completed the last
+// workflow task of workflowID's current run (the SDK's identity of a worker
+// starts with its PID), and the path of its PID file; 0 and "" when the run
+// has completed none yet.
+func (c *clusterUnderTest) lastTaskWorker(t *testing.T, workflowID string) (int, string) {
 	t.Helper()
 	tc, err := client.Dial(client.Options{HostPort: c.env["TEMPORAL_ADDRESS"], Logger: quietLogger{}})
 	if err != nil {
@@ -410,36 +405,59 @@ func (c *clusterUnderTest) deskWorker(t *testing.T, workflowID string) string {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	identity := ""
-	// A desk continues as new every few seconds; a run read just after its
-	// start has no completed workflow task yet, so read until one has.
-	for identity == "" {
-		it := tc.GetWorkflowHistory(ctx, workflowID, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
-		for it.HasNext() {
-			e, err := it.Next()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if a := e.GetWorkflowTaskCompletedEventAttributes(); a != nil {
-				identity = a.GetIdentity()
-			}
+	it := tc.GetWorkflowHistory(ctx, workflowID, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	for it.HasNext() {
+		e, err := it.Next()
+		if err != nil {
+			t.Fatal(err)
 		}
-		if identity == "" {
-			select {
-			case <-ctx.Done():
-				t.Fatalf("%s's current run completed no workflow task in 30 s", workflowID)
-			case <-time.After(100 * time.Millisecond):
-			}
+		if a := e.GetWorkflowTaskCompletedEventAttributes(); a != nil {
+			identity = a.GetIdentity()
 		}
+	}
+	if identity == "" {
+		return 0, ""
 	}
 	pid, _, _ := strings.Cut(identity, "@")
 	for i := 1; i <= services.ClusterWorkers; i++ {
 		f := filepath.Join(c.dir, "run", fmt.Sprintf("worker-%d.pid", i))
-		if strconv.Itoa(readPID(t, f)) == pid {
-			return f
+		if p := readPID(t, f); strconv.Itoa(p) == pid {
+			return p, f
 		}
 	}
 	t.Fatalf("no worker process has the identity %q of %s's last workflow task", identity, workflowID)
-	return ""
+	return 0, ""
+}
+
+// freezeDeskWorker stops (SIGSTOP) the worker that holds workflowID, a
+// desk, and returns its PID and PID file once the desk is seen waiting on
+// it. A desk continues as new every few seconds and its new run's first
+// task may go to the other worker, so a worker frozen just as that happens
+// holds no desk: it is let go and the next one tried. A run that completes
+// no task in a second while claims keep coming waits on the frozen worker.
+func (c *clusterUnderTest) freezeDeskWorker(t *testing.T, workflowID string) (int, string) {
+	t.Helper()
+	for try := 1; try <= 10; try++ {
+		pid, pidFile := c.lastTaskWorker(t, workflowID)
+		if pid == 0 {
+			time.Sleep(200 * time.Millisecond)
+			continue
+		}
+		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Second)
+		if now, _ := c.lastTaskWorker(t, workflowID); now == pid || now == 0 {
+			return pid, pidFile
+		}
+		t.Logf("%s moved off %s (pid %d) while it was frozen; letting it go", workflowID, filepath.Base(pidFile), pid)
+		if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(2 * time.Second)
+	}
+	t.Fatalf("%s moved off every worker frozen in 10 tries", workflowID)
+	return 0, ""
 }
 
 func readPID(t *testing.T, path string) int {
