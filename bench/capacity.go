@@ -567,11 +567,73 @@ func WriteCapacityTable(w io.Writer, c *Capacity) {
 		for _, s := range a.Steps {
 			fmt.Fprintf(w, "  %8g  %8d  %8.1f  %8.1f  %8.1f  %7.1fs  %s\n", s.RateRPS, s.Arrivals, s.Latency.P50, s.Latency.P95, s.Latency.P99, s.GeneratorCPUS, heldWord(s))
 		}
+		writeCPUPerClaim(w, a.Steps)
 		if n := len(a.Steps); n > 0 && !a.Steps[n-1].Held {
 			writeBrokenStep(w, a.Steps[n-1], c.Options.Window)
 		}
 	}
 	fmt.Fprintf(w, "\ncapacity ratio claimflow ÷ peer: %s\n", fx(c.Ratio))
+}
+
+// cpuPerClaim is each process's CPU milliseconds per arrival over a step's
+// windows that have a reading (the processes in first-seen order); nil
+// when none has.
+func cpuPerClaim(s CapacityStep) (procs []string, ms map[string]float64) {
+	cpuS := map[string]float64{}
+	arrivals := 0
+	for _, cw := range s.Windows {
+		if cw.Stages == nil {
+			continue
+		}
+		arrivals += cw.Arrivals
+		for _, r := range cw.Stages.CPU {
+			if _, ok := cpuS[r.Process]; !ok {
+				procs = append(procs, r.Process)
+			}
+			cpuS[r.Process] += r.CPUS
+		}
+	}
+	if arrivals == 0 {
+		return nil, nil
+	}
+	ms = make(map[string]float64, len(cpuS))
+	for p, v := range cpuS {
+		ms[p] = 1000 * v / float64(arrivals)
+	}
+	return procs, ms
+}
+
+// writeCPUPerClaim prints, step by step, each process's CPU milliseconds
+// per claim: the cost of a part as batches grow with the rate.
+func writeCPUPerClaim(w io.Writer, steps []CapacityStep) {
+	var procs []string
+	for _, s := range steps {
+		ps, _ := cpuPerClaim(s)
+		for _, p := range ps {
+			if !slices.Contains(procs, p) {
+				procs = append(procs, p)
+			}
+		}
+	}
+	if len(procs) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "  CPU ms per claim (CPU over the step's windows ÷ its arrivals):\n  %8s", "rate/s")
+	for _, p := range procs {
+		fmt.Fprintf(w, "  %*s", max(10, len(p)), p)
+	}
+	fmt.Fprintln(w)
+	for _, s := range steps {
+		_, ms := cpuPerClaim(s)
+		if ms == nil {
+			continue
+		}
+		fmt.Fprintf(w, "  %8g", s.RateRPS)
+		for _, p := range procs {
+			fmt.Fprintf(w, "  %*.3f", max(10, len(p)), ms[p])
+		}
+		fmt.Fprintln(w)
+	}
 }
 
 // writeBrokenStep shows the step that broke window by window: each stage's

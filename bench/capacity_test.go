@@ -137,3 +137,46 @@ func TestBrokenStepShowsEachWindowsStages(t *testing.T) {
 		}
 	}
 }
+
+func TestCPUPerClaim(t *testing.T) {
+	cpu := func(rows ...CPURow) *StageTable { return &StageTable{WindowS: 5, CPUs: 2, CPU: rows} }
+	tests := []struct {
+		name string
+		step CapacityStep
+		want map[string]float64
+	}{
+		{"windows summed, arrivals summed", CapacityStep{RateRPS: 2000, Windows: []CapacityWindow{
+			{Arrivals: 10000, Stages: cpu(CPURow{Process: "claimflow", CPUS: 3}, CPURow{Process: "postgres", CPUS: 2})},
+			{Arrivals: 10000, Stages: cpu(CPURow{Process: "claimflow", CPUS: 3.4}, CPURow{Process: "postgres", CPUS: 1.6})},
+		}}, map[string]float64{"claimflow": 0.32, "postgres": 0.18}},
+		{"a window without a reading counts neither its CPU nor its arrivals", CapacityStep{RateRPS: 1000, Windows: []CapacityWindow{
+			{Arrivals: 5000, Stages: cpu(CPURow{Process: "claimflow", CPUS: 2})},
+			{Arrivals: 5000},
+		}}, map[string]float64{"claimflow": 0.4}},
+		{"no reading at all", CapacityStep{RateRPS: 500, Windows: []CapacityWindow{{Arrivals: 2500}}}, nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, got := cpuPerClaim(tc.step)
+			if len(got) != len(tc.want) {
+				t.Fatalf("got %v, want %v", got, tc.want)
+			}
+			for p, v := range tc.want {
+				if d := got[p] - v; d > 1e-9 || d < -1e-9 {
+					t.Errorf("%s: %v ms per claim, want %v", p, got[p], v)
+				}
+			}
+		})
+	}
+	var b strings.Builder
+	writeCPUPerClaim(&b, []CapacityStep{tests[0].step, tests[2].step})
+	out := b.String()
+	for _, want := range []string{"CPU ms per claim", "claimflow", "postgres", "2000", "0.320", "0.180"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the table lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "  500 ") {
+		t.Errorf("a step without readings has a row:\n%s", out)
+	}
+}
