@@ -261,12 +261,13 @@ func TestProductionShape(t *testing.T) {
 	c := startClusterUnderTest(t)
 	t.Run("walk-through", func(t *testing.T) { clusterWalkthrough(t, c) })
 	t.Run("history process killed under load", func(t *testing.T) {
-		clusterFault(t, c, "history", func(t *testing.T) {
+		clusterFault(t, c, "history", func(t *testing.T) time.Time {
 			ctx := context.Background()
 			// The node that owns the first desk's shard: its claims are
 			// the ones in flight there.
 			node := c.historyNodeOf(t, "enrollment-desk:0")
 			t.Logf("killing %s, owner of enrollment-desk:0's shard", node)
+			at := time.Now()
 			if err := c.temporal.KillNode(ctx, node); err != nil {
 				t.Fatal(err)
 			}
@@ -274,45 +275,54 @@ func TestProductionShape(t *testing.T) {
 			if err := c.temporal.StartNode(ctx, node); err != nil {
 				t.Fatal(err)
 			}
+			return at
 		})
 	})
 	t.Run("worker killed under load", func(t *testing.T) {
-		clusterFault(t, c, "worker", func(t *testing.T) {
+		clusterFault(t, c, "worker", func(t *testing.T) time.Time {
 			// The worker that holds the first desk (its sticky queue),
 			// frozen first, so that the tasks matching hands it in the
 			// meantime are in its hands when it dies, as with a crash
 			// mid-task; a worker killed between two tasks leaves nothing
 			// to recover.
-			pid, pidFile := c.freezeDeskWorker(t, "enrollment-desk:0")
+			pid, pidFile, at := c.freezeDeskWorker(t, "enrollment-desk:0")
 			t.Logf("killing %s (pid %d), frozen with enrollment-desk:0's workflow task", filepath.Base(pidFile), pid)
 			if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 				t.Fatal(err)
 			}
 			// No operator: the stack starts it again, as a Deployment does.
 			waitFor(t, time.Minute, "the worker started again", func() bool { return readPID(t, pidFile) != pid })
+			return at
 		})
 	})
 	t.Run("API killed under load", func(t *testing.T) {
-		clusterFault(t, c, "api", func(t *testing.T) {
+		clusterFault(t, c, "api", func(t *testing.T) time.Time {
 			// Its clients' connections break; new requests go to the
 			// other API (the bench's clients try the next on a refused
 			// connection, as behind a load balancer).
 			pidFile := filepath.Join(c.dir, "run", "api-1.pid")
 			pid := readPID(t, pidFile)
+			at := time.Now()
 			if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 				t.Fatal(err)
 			}
 			waitFor(t, time.Minute, "api-1 started again", func() bool { return readPID(t, pidFile) != pid })
+			return at
 		})
 	})
 	t.Run("PostgreSQL restarted under load", func(t *testing.T) {
-		clusterFault(t, c, "postgres", func(t *testing.T) { restartPostgres(t, filepath.Join(c.dir, "pg")) })
+		clusterFault(t, c, "postgres", func(t *testing.T) time.Time {
+			at := time.Now()
+			restartPostgres(t, filepath.Join(c.dir, "pg"))
+			return at
+		})
 	})
 	t.Run("Kafka partition leader killed under load", func(t *testing.T) {
-		clusterFault(t, c, "kafka", func(t *testing.T) {
+		clusterFault(t, c, "kafka", func(t *testing.T) time.Time {
 			ctx := context.Background()
 			leader := partitionLeader(t, c.stack().Config.KafkaBrokers, workflows.EnrollmentTopic)
 			t.Logf("killing broker %d, leader of %s/0", leader, workflows.EnrollmentTopic)
+			at := time.Now()
 			if err := c.kafka.KillNode(ctx, strconv.Itoa(int(leader))); err != nil {
 				t.Fatal(err)
 			}
@@ -320,6 +330,7 @@ func TestProductionShape(t *testing.T) {
 			if err := c.kafka.StartNode(ctx, strconv.Itoa(int(leader))); err != nil {
 				t.Fatal(err)
 			}
+			return at
 		})
 	})
 }
@@ -430,12 +441,12 @@ func (c *clusterUnderTest) lastTaskWorker(t *testing.T, workflowID string) (int,
 }
 
 // freezeDeskWorker stops (SIGSTOP) the worker that holds workflowID, a
-// desk, and returns its PID and PID file once the desk is seen waiting on
-// it. A desk continues as new every few seconds and its new run's first
+// desk, and returns its PID, its PID file and when it was frozen, once the
+// desk is seen waiting on it. A desk continues as new every few seconds and its new run's first
 // task may go to the other worker, so a worker frozen just as that happens
 // holds no desk: it is let go and the next one tried. A run that completes
 // no task in a second while claims keep coming waits on the frozen worker.
-func (c *clusterUnderTest) freezeDeskWorker(t *testing.T, workflowID string) (int, string) {
+func (c *clusterUnderTest) freezeDeskWorker(t *testing.T, workflowID string) (int, string, time.Time) {
 	t.Helper()
 	for try := 1; try <= 10; try++ {
 		pid, pidFile := c.lastTaskWorker(t, workflowID)
@@ -443,12 +454,13 @@ func (c *clusterUnderTest) freezeDeskWorker(t *testing.T, workflowID string) (in
 			time.Sleep(200 * time.Millisecond)
 			continue
 		}
+		at := time.Now()
 		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(time.Second)
 		if now, _ := c.lastTaskWorker(t, workflowID); now == pid || now == 0 {
-			return pid, pidFile
+			return pid, pidFile, at
 		}
 		t.Logf("%s moved off %s (pid %d) while it was frozen; letting it go", workflowID, filepath.Base(pidFile), pid)
 		if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
@@ -457,7 +469,7 @@ func (c *clusterUnderTest) freezeDeskWorker(t *testing.T, workflowID string) (in
 		time.Sleep(2 * time.Second)
 	}
 	t.Fatalf("%s moved off every worker frozen in 10 tries", workflowID)
-	return 0, ""
+	return 0, "", time.Time{}
 }
 
 func readPID(t *testing.T, path string) int {
@@ -626,8 +638,9 @@ func clusterFaultRate(t *testing.T) int {
 // clusterFault runs the bench at clusterFaultRate through both APIs for
 // 45 s, injects the fault 15 s in, and checks from the rows and the topic
 // (the bench's audit) that no claim was lost, duplicated or oversold, and
-// that the fault delayed claims in flight or cut their requests.
-func clusterFault(t *testing.T, c *clusterUnderTest, name string, inject func(t *testing.T)) {
+// that the fault delayed claims in flight or cut their requests. inject
+// returns when the fault took hold.
+func clusterFault(t *testing.T, c *clusterUnderTest, name string, inject func(t *testing.T) time.Time) {
 	bin, err := benchBinary()
 	if err != nil {
 		t.Fatal(err)
@@ -649,8 +662,9 @@ func clusterFault(t *testing.T, c *clusterUnderTest, name string, inject func(t 
 		t.Fatal(err)
 	}
 	time.Sleep(15 * time.Second)
-	killed := time.Now()
-	inject(t)
+	// The fault's moment, as its injection says: the claims requested
+	// before it and still in flight are the ones it can delay.
+	killed := inject(t)
 	t.Logf("%s fault injected and recovered in %s", name, time.Since(killed).Round(time.Millisecond))
 	benchErr := cmd.Wait()
 	b, _ := os.ReadFile(logPath)
