@@ -607,8 +607,10 @@ func cpuPerClaim(s CapacityStep) (procs []string, ms map[string]float64) {
 // per claim: the cost of a part as batches grow with the rate.
 func writeCPUPerClaim(w io.Writer, steps []CapacityStep) {
 	var procs []string
-	for _, s := range steps {
-		ps, _ := cpuPerClaim(s)
+	perStep := make([]map[string]float64, len(steps))
+	for i, s := range steps {
+		var ps []string
+		ps, perStep[i] = cpuPerClaim(s)
 		for _, p := range ps {
 			if !slices.Contains(procs, p) {
 				procs = append(procs, p)
@@ -623,14 +625,13 @@ func writeCPUPerClaim(w io.Writer, steps []CapacityStep) {
 		fmt.Fprintf(w, "  %*s", max(10, len(p)), p)
 	}
 	fmt.Fprintln(w)
-	for _, s := range steps {
-		_, ms := cpuPerClaim(s)
-		if ms == nil {
+	for i, s := range steps {
+		if perStep[i] == nil {
 			continue
 		}
 		fmt.Fprintf(w, "  %8g", s.RateRPS)
 		for _, p := range procs {
-			fmt.Fprintf(w, "  %*.3f", max(10, len(p)), ms[p])
+			fmt.Fprintf(w, "  %*.3f", max(10, len(p)), perStep[i][p])
 		}
 		fmt.Fprintln(w)
 	}

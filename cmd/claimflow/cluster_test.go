@@ -406,13 +406,8 @@ func (c *clusterUnderTest) historyNodeOf(t *testing.T, workflowID string) string
 // workflow task of workflowID's current run (the SDK's identity of a worker
 // starts with its PID), and the path of its PID file; 0 and "" when the run
 // has completed none yet.
-func (c *clusterUnderTest) lastTaskWorker(t *testing.T, workflowID string) (int, string) {
+func (c *clusterUnderTest) lastTaskWorker(t *testing.T, tc client.Client, workflowID string) (int, string) {
 	t.Helper()
-	tc, err := client.Dial(client.Options{HostPort: c.env["TEMPORAL_ADDRESS"], Logger: quietLogger{}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tc.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	identity := ""
@@ -442,14 +437,20 @@ func (c *clusterUnderTest) lastTaskWorker(t *testing.T, workflowID string) (int,
 
 // freezeDeskWorker stops (SIGSTOP) the worker that holds workflowID, a
 // desk, and returns its PID, its PID file and when it was frozen, once the
-// desk is seen waiting on it. A desk continues as new every few seconds and its new run's first
-// task may go to the other worker, so a worker frozen just as that happens
-// holds no desk: it is let go and the next one tried. A run that completes
-// no task in a second while claims keep coming waits on the frozen worker.
+// desk is seen waiting on it. A desk continues as new every few seconds
+// and its new run's first task may go to the other worker, so a worker
+// frozen just as that happens holds no desk: it is let go and the next one
+// tried. A run that completes no task in a second while claims keep coming
+// waits on the frozen worker.
 func (c *clusterUnderTest) freezeDeskWorker(t *testing.T, workflowID string) (int, string, time.Time) {
 	t.Helper()
+	tc, err := client.Dial(client.Options{HostPort: c.env["TEMPORAL_ADDRESS"], Logger: quietLogger{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tc.Close()
 	for try := 1; try <= 10; try++ {
-		pid, pidFile := c.lastTaskWorker(t, workflowID)
+		pid, pidFile := c.lastTaskWorker(t, tc, workflowID)
 		if pid == 0 {
 			time.Sleep(200 * time.Millisecond)
 			continue
@@ -459,7 +460,7 @@ func (c *clusterUnderTest) freezeDeskWorker(t *testing.T, workflowID string) (in
 			t.Fatal(err)
 		}
 		time.Sleep(time.Second)
-		if now, _ := c.lastTaskWorker(t, workflowID); now == pid || now == 0 {
+		if now, _ := c.lastTaskWorker(t, tc, workflowID); now == pid || now == 0 {
 			return pid, pidFile, at
 		}
 		t.Logf("%s moved off %s (pid %d) while it was frozen; letting it go", workflowID, filepath.Base(pidFile), pid)
