@@ -43,7 +43,7 @@ const existingClaimsSQL = `
 	CROSS JOIN LATERAL (
 		SELECT a.id, a.course_id, a.student_id, a.status, a.published_at IS NOT NULL AS published FROM enrollments a
 		WHERE a.course_id = r.course_id AND a.student_id = r.student_id
-		  AND a.status IN ('reserved', 'confirmed', 'dead_lettered', 'waitlisted')
+		  AND a.holds IS NOT NULL
 		LIMIT 1) e`
 
 // ReserveSeats decides a whole batch of claims in one transaction. The

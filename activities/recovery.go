@@ -20,10 +20,11 @@ func (a *Activities) FindStrandedReservations(ctx context.Context, in workflows.
 		limit = 1000
 	}
 	rows, err := a.DB.Query(ctx, `
-		SELECT id, course_id, student_id, requested_at, batch_id, COALESCE(occurred_at, recorded_at), recorded_at FROM enrollments
-		WHERE status = 'reserved' AND batch_id IS NOT NULL AND promoted_by IS NULL
-		  AND recorded_at < clock_timestamp() - $1 * interval '1 millisecond'
-		ORDER BY recorded_at, id LIMIT $2`, in.OlderThan.Milliseconds(), limit)
+		SELECT e.id, e.course_id, e.student_id, e.requested_at, e.batch_id, COALESCE(e.occurred_at, e.recorded_at), e.recorded_at
+		FROM enrollment_reservations r JOIN enrollments e ON e.id = r.id
+		WHERE e.status = 'reserved' AND e.batch_id IS NOT NULL AND e.promoted_by IS NULL
+		  AND e.recorded_at < clock_timestamp() - $1 * interval '1 millisecond'
+		ORDER BY e.recorded_at, e.id LIMIT $2`, in.OlderThan.Milliseconds(), limit)
 	if err != nil {
 		return res, fmt.Errorf("find stranded reservations: %w", err)
 	}

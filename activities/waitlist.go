@@ -63,7 +63,7 @@ func (a *Activities) PromoteWaitlist(ctx context.Context, in workflows.PromoteWa
 		if _, err := tx.Exec(ctx, `
 			WITH head AS (
 				SELECT id, row_number() OVER (ORDER BY waitlist_seq) AS n FROM enrollments
-				WHERE course_id = $1 AND status = 'waitlisted' ORDER BY waitlist_seq LIMIT $2
+				WHERE course_id = $1 AND holds = 'place' ORDER BY waitlist_seq LIMIT $2
 			)
 			UPDATE enrollments e SET status = 'reserved', promoted_at = clock_timestamp(), recorded_at = clock_timestamp(),
 				promoted_by = $3, promotion_seq = $4 + head.n, updated_at = now()

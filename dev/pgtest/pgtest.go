@@ -170,6 +170,14 @@ func URLs(t testing.TB) (ownerURL, runtimeURL string) {
 	return testPG.ownerURL, testPG.runtimeURL
 }
 
+// SuperuserURL starts the cluster if needed and returns the URL of its
+// superuser, for tests that read the server's own pages (pageinspect).
+func SuperuserURL(t testing.TB) string {
+	t.Helper()
+	started(t)
+	return testPG.pg.URL
+}
+
 // started starts the cluster once; it skips the test under -short.
 func started(t testing.TB) {
 	t.Helper()

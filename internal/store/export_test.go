@@ -1,12 +1,12 @@
 package store
 
-// ListQueries are the lists' statements by the index that serves each, for
-// the EXPLAIN test in store_test.
-var ListQueries = []struct{ Index, SQL string }{
-	{"enrollments_student", sqlStudentEnrollments},
-	{"enrollments_roster", sqlRoster},
-	{"enrollments_course", sqlRosterByStatus},
-	{"coupons_user", sqlUserCoupons},
-	{"notifications_unread", sqlInboxUnread},
-	{"notifications_inbox", sqlInbox},
+// ListQueries are the lists' statements, each with the index that serves
+// it, for the EXPLAIN test in store_test.
+var ListQueries = []struct{ Name, Index, SQL string }{
+	{"student", "enrollments_student", sqlStudentEnrollments},
+	{"roster", "enrollments_roster", sqlRoster},
+	{"roster by status", "enrollments_roster", sqlRosterByStatus},
+	{"coupons", "coupons_user", sqlUserCoupons},
+	{"unread", "notifications_unread", sqlInboxUnread},
+	{"inbox", "notifications_inbox", sqlInbox},
 }

@@ -31,6 +31,8 @@ type Grant struct {
 var RuntimeGrants = []Grant{
 	{Object: "courses", Privileges: []string{"SELECT", "INSERT", "UPDATE"}},
 	{Object: "enrollments", Privileges: []string{"SELECT", "INSERT", "UPDATE"}},
+	// Written by enrollments' triggers, as the owner.
+	{Object: "enrollment_reservations", Privileges: []string{"SELECT"}},
 	{Object: "dead_letters", Privileges: []string{"SELECT", "INSERT", "UPDATE"}},
 	{Object: "vendors", Privileges: []string{"SELECT", "INSERT", "UPDATE"}},
 	{Object: "coupon_types", Privileges: []string{"SELECT", "INSERT", "UPDATE"}},

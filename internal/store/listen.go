@@ -9,9 +9,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// SettledChannel is the channel on which the enrollments_settled trigger
-// (migration 00005_enrollment_settled_notify.sql) announces an enrollment that left 'reserved', with the
-// enrollment's ID as the payload.
+// SettledChannel is the channel on which the enrollments_updated trigger
+// (migration 00009_hot_confirm.sql) announces an enrollment that left
+// 'reserved', with the enrollment's ID as the payload.
 const SettledChannel = "enrollment_settled"
 
 // ListenSettled holds one connection of its own (outside pool, with pool's

@@ -100,17 +100,17 @@ func TestListsUseTheirIndexes(t *testing.T) {
 	db, p := loadLists(t)
 	far := time.Date(9999, 12, 31, 0, 0, 0, 0, time.UTC)
 	args := map[string][]any{
-		"enrollments_student":  {p + "-s42", far, "", "confirmed", 51},
-		"enrollments_roster":   {p + "-c42", time.Time{}, "", 51},
-		"enrollments_course":   {p + "-c42", "confirmed", time.Time{}, "", 51},
-		"coupons_user":         {p + "-s42", far, "", "", 51},
-		"notifications_unread": {p + "-s43", int64(1<<63 - 1), 51},
-		"notifications_inbox":  {p + "-s42", int64(1<<63 - 1), 51},
+		"student":          {p + "-s42", far, "", "confirmed", 51},
+		"roster":           {p + "-c42", time.Time{}, "", 51},
+		"roster by status": {p + "-c42", "confirmed", time.Time{}, "", 51},
+		"coupons":          {p + "-s42", far, "", "", 51},
+		"unread":           {p + "-s43", int64(1<<63 - 1), 51},
+		"inbox":            {p + "-s42", int64(1<<63 - 1), 51},
 	}
 	for _, q := range store.ListQueries {
-		t.Run(q.Index, func(t *testing.T) {
+		t.Run(q.Name, func(t *testing.T) {
 			var raw []byte
-			if err := db.QueryRow(context.Background(), "EXPLAIN (FORMAT JSON) "+q.SQL, args[q.Index]...).Scan(&raw); err != nil {
+			if err := db.QueryRow(context.Background(), "EXPLAIN (FORMAT JSON) "+q.SQL, args[q.Name]...).Scan(&raw); err != nil {
 				t.Fatal(err)
 			}
 			plan, err := pgtest.ParsePlan(raw)

@@ -135,7 +135,7 @@ func WaitlistPosition(ctx context.Context, db DB, id string) (int, error) {
 	var pos int
 	err := db.QueryRow(ctx, `
 		SELECT count(*) FROM enrollments w, enrollments e
-		WHERE e.id = $1 AND w.course_id = e.course_id AND w.status = 'waitlisted' AND w.waitlist_seq <= e.waitlist_seq`, id).Scan(&pos)
+		WHERE e.id = $1 AND w.course_id = e.course_id AND w.holds = 'place' AND w.waitlist_seq <= e.waitlist_seq`, id).Scan(&pos)
 	if err != nil {
 		return 0, fmt.Errorf("position of %s on its waitlist: %w", id, err)
 	}

@@ -29,10 +29,11 @@ type Reservation struct {
 // courses whose ID starts with prefix ("" for every course).
 func Reservations(ctx context.Context, db DB, prefix string) ([]Reservation, error) {
 	rows, err := db.Query(ctx, `
-		SELECT id, course_id, student_id, COALESCE(batch_id, ''), COALESCE(promoted_by, ''), workflow_id, run_id,
-		       recorded_at, EXTRACT(EPOCH FROM clock_timestamp() - recorded_at)
-		FROM enrollments WHERE status = '`+EnrollmentReserved+`' AND starts_with(course_id, $1)
-		ORDER BY recorded_at, id`, prefix)
+		SELECT e.id, e.course_id, e.student_id, COALESCE(e.batch_id, ''), COALESCE(e.promoted_by, ''), e.workflow_id, e.run_id,
+		       e.recorded_at, EXTRACT(EPOCH FROM clock_timestamp() - e.recorded_at)
+		FROM enrollment_reservations r JOIN enrollments e ON e.id = r.id
+		WHERE e.status = '`+EnrollmentReserved+`' AND starts_with(e.course_id, $1)
+		ORDER BY e.recorded_at, e.id`, prefix)
 	if err != nil {
 		return nil, fmt.Errorf("list reservations: %w", err)
 	}

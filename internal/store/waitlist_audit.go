@@ -69,7 +69,7 @@ func AuditWaitlist(ctx context.Context, db DB, prefix string) (WaitlistReport, e
 		                         GROUP BY course_id, promotion_seq HAVING count(*) > 1) d),
 		  (SELECT count(*) FROM enrollments p
 		   WHERE p.promotion_seq IS NOT NULL AND starts_with(p.course_id, $1) AND (
-		     EXISTS (SELECT 1 FROM enrollments w WHERE w.course_id = p.course_id AND w.status = 'waitlisted'
+		     EXISTS (SELECT 1 FROM enrollments w WHERE w.course_id = p.course_id AND w.holds = 'place'
 		             AND w.waitlist_seq < p.waitlist_seq)
 		     OR EXISTS (SELECT 1 FROM enrollments q WHERE q.course_id = p.course_id AND q.promotion_seq < p.promotion_seq
 		             AND q.waitlist_seq > p.waitlist_seq))),
