@@ -51,16 +51,16 @@ func TestConfirmIsHOT(t *testing.T) {
 		all = append(all, ids...)
 	}
 
-	owner, err := pgx.Connect(ctx, pgtest.SuperuserURL(t))
+	su, err := pgx.Connect(ctx, pgtest.SuperuserURL(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer owner.Close(context.Background())
-	if _, err := owner.Exec(ctx, "CREATE EXTENSION IF NOT EXISTS pageinspect"); err != nil {
+	defer su.Close(context.Background())
+	if _, err := su.Exec(ctx, "CREATE EXTENSION IF NOT EXISTS pageinspect"); err != nil {
 		t.Fatal(err)
 	}
 	var confirmed, heapOnly int
-	if err := owner.QueryRow(ctx, `
+	if err := su.QueryRow(ctx, `
 		SELECT count(*), count(*) FILTER (WHERE (i.t_infomask2 & 32768) <> 0)
 		FROM enrollments e
 		CROSS JOIN LATERAL heap_page_items(get_raw_page('enrollments', (e.ctid::text::point)[0]::int)) i
