@@ -183,9 +183,17 @@ func (r *growthReading) postgres(ctx context.Context, db *pgxpool.Pool) {
 		FROM pg_stat_user_tables`).Scan(&tables, &indexes, &dead, &autovac, &autoanalyze) == nil {
 		r.tables, r.indexes, r.dead, r.autovac, r.autoanalyze = &tables, &indexes, &dead, &autovac, &autoanalyze
 	}
+	// Asking only the view the server has keeps an error per interval out
+	// of its log.
+	var version int
 	var ckpt int64
-	if db.QueryRow(ctx, `SELECT (num_timed + num_requested)::bigint FROM pg_stat_checkpointer`).Scan(&ckpt) == nil ||
-		db.QueryRow(ctx, `SELECT (checkpoints_timed + checkpoints_req)::bigint FROM pg_stat_bgwriter`).Scan(&ckpt) == nil {
+	var err error
+	if db.QueryRow(ctx, `SELECT current_setting('server_version_num')::int`).Scan(&version) == nil && version >= 170000 {
+		err = db.QueryRow(ctx, `SELECT (num_timed + num_requested)::bigint FROM pg_stat_checkpointer`).Scan(&ckpt)
+	} else {
+		err = db.QueryRow(ctx, `SELECT (checkpoints_timed + checkpoints_req)::bigint FROM pg_stat_bgwriter`).Scan(&ckpt)
+	}
+	if err == nil {
 		r.ckpt = &ckpt
 	}
 }
