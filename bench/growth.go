@@ -108,6 +108,7 @@ type growthProbe struct {
 
 func startGrowthProbe(ctx context.Context, interval time.Duration, dataDir string, db *pgxpool.Pool, urls []string, roots []int, start time.Time) *growthProbe {
 	p := &growthProbe{interval: interval, dataDir: dataDir, stop: make(chan struct{}), done: make(chan struct{})}
+	checkpointer := hasCheckpointerView(ctx, db)
 	go func() {
 		defer close(p.done)
 		c := &http.Client{Timeout: 5 * time.Second}
@@ -122,7 +123,7 @@ func startGrowthProbe(ctx context.Context, interval time.Duration, dataDir strin
 			}
 			r := growthReading{reading: takeReading(ctx, c, urls, roots, start)}
 			r.sizes(dataDir)
-			r.postgres(ctx, db)
+			r.postgres(ctx, db, checkpointer)
 			p.mu.Lock()
 			p.readings = append(p.readings, r)
 			p.mu.Unlock()
@@ -171,7 +172,7 @@ func dirSize(dir string) *int64 {
 // postgres reads the tables' and indexes' sizes, their dead tuples, and the
 // checkpoint and autovacuum counters (PostgreSQL 17 moved the checkpoints
 // to pg_stat_checkpointer).
-func (r *growthReading) postgres(ctx context.Context, db *pgxpool.Pool) {
+func (r *growthReading) postgres(ctx context.Context, db *pgxpool.Pool, checkpointer bool) {
 	if db == nil {
 		return
 	}
@@ -183,12 +184,9 @@ func (r *growthReading) postgres(ctx context.Context, db *pgxpool.Pool) {
 		FROM pg_stat_user_tables`).Scan(&tables, &indexes, &dead, &autovac, &autoanalyze) == nil {
 		r.tables, r.indexes, r.dead, r.autovac, r.autoanalyze = &tables, &indexes, &dead, &autovac, &autoanalyze
 	}
-	// Asking only the view the server has keeps an error per interval out
-	// of its log.
-	var version int
 	var ckpt int64
 	var err error
-	if db.QueryRow(ctx, `SELECT current_setting('server_version_num')::int`).Scan(&version) == nil && version >= 170000 {
+	if checkpointer {
 		err = db.QueryRow(ctx, `SELECT (num_timed + num_requested)::bigint FROM pg_stat_checkpointer`).Scan(&ckpt)
 	} else {
 		err = db.QueryRow(ctx, `SELECT (checkpoints_timed + checkpoints_req)::bigint FROM pg_stat_bgwriter`).Scan(&ckpt)
@@ -196,6 +194,20 @@ func (r *growthReading) postgres(ctx context.Context, db *pgxpool.Pool) {
 	if err == nil {
 		r.ckpt = &ckpt
 	}
+}
+
+// hasCheckpointerView says whether the server counts checkpoints in
+// pg_stat_checkpointer (PostgreSQL 17 and later) rather than
+// pg_stat_bgwriter. Asked once, so that no interval asks a view the server
+// lacks and leaves an error in its log.
+func hasCheckpointerView(ctx context.Context, db *pgxpool.Pool) bool {
+	if db == nil {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	var version int
+	return db.QueryRow(ctx, `SELECT current_setting('server_version_num')::int`).Scan(&version) == nil && version >= 170000
 }
 
 // result stops the probe and turns its readings into rows, each with the
