@@ -12,6 +12,18 @@ type PlanNode struct {
 	IndexName string     `json:"Index Name"`
 	Relation  string     `json:"Relation Name"`
 	Plans     []PlanNode `json:"Plans"`
+	// With ANALYZE: rows per loop, loops, and the rows a filter or a
+	// join filter removed, per loop.
+	ActualRows        float64 `json:"Actual Rows"`
+	ActualLoops       float64 `json:"Actual Loops"`
+	RemovedFilter     float64 `json:"Rows Removed by Filter"`
+	RemovedJoinFilter float64 `json:"Rows Removed by Join Filter"`
+}
+
+// RowsVisited is, with ANALYZE, the rows the node produced or a filter
+// removed, over all its loops: the work it did, in rows.
+func (n PlanNode) RowsVisited() float64 {
+	return (n.ActualRows + n.RemovedFilter + n.RemovedJoinFilter) * n.ActualLoops
 }
 
 // ParsePlan reads the output of EXPLAIN (FORMAT JSON) of one statement.
