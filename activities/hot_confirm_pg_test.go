@@ -43,19 +43,7 @@ func TestConfirmIsHOT(t *testing.T) {
 	var all []string
 	var batchIDs [][]string
 	for b := range batches {
-		// Rows as wide as the load's: UUID-long enrollment and batch IDs.
-		in := workflows.ReserveSeatsInput{WorkflowID: "enrollment-desk:0", RunID: "0193a5c4-7f2e-7b4e-9d61-3c8f1e2a4b5d"}
-		var ids []string
-		for i := range size {
-			id := uuidLong(fmt.Sprintf("%se%04d-%04d-", p, b, i))
-			ids = append(ids, id)
-			now := time.Now().UTC()
-			in.Claims = append(in.Claims, workflows.EnrollmentInput{EnrollmentID: id, CourseID: course,
-				StudentID: fmt.Sprintf("%ss%d-%d", p, b, i), RequestedAt: now, OccurredAt: now, BatchID: uuidLong(fmt.Sprintf("%sb%04d-%04d-", p, b, i))})
-		}
-		if _, err := a.ReserveSeats(ctx, in); err != nil {
-			t.Fatal(err)
-		}
+		ids := reserveWide(ctx, t, a, p, course, b, size)
 		batchIDs = append(batchIDs, ids)
 		all = append(all, ids...)
 	}
@@ -106,6 +94,26 @@ func TestConfirmIsHOT(t *testing.T) {
 	if heapOnly != confirmed {
 		t.Errorf("only %d of %d confirms were HOT updates: an index holds a column the confirm changes, or the pages are full", heapOnly, confirmed)
 	}
+}
+
+// reserveWide reserves n seats on course in one desk batch, as the desks
+// do, with rows as wide as the load's (UUID-long enrollment and batch
+// IDs), and returns the enrollment IDs.
+func reserveWide(ctx context.Context, t *testing.T, a *Activities, p, course string, batch, n int) []string {
+	t.Helper()
+	in := workflows.ReserveSeatsInput{WorkflowID: "enrollment-desk:0", RunID: "0193a5c4-7f2e-7b4e-9d61-3c8f1e2a4b5d"}
+	var ids []string
+	for i := range n {
+		id := uuidLong(fmt.Sprintf("%se%04d-%04d-", p, batch, i))
+		ids = append(ids, id)
+		now := time.Now().UTC()
+		in.Claims = append(in.Claims, workflows.EnrollmentInput{EnrollmentID: id, CourseID: course,
+			StudentID: fmt.Sprintf("%ss%d-%d", p, batch, i), RequestedAt: now, OccurredAt: now, BatchID: uuidLong(fmt.Sprintf("%sb%04d-", p, batch))})
+	}
+	if _, err := a.ReserveSeats(ctx, in); err != nil {
+		t.Fatal(err)
+	}
+	return ids
 }
 
 // uuidLong pads s to the 36 characters of a UUID, the length of the IDs the
