@@ -1,16 +1,17 @@
 -- +goose Up
 
 -- enrollments_updated() joined the statement's before_rows and after_rows
--- with enrollment_reservations in single statements. The planner has no
--- statistics for transition tables and guesses one row for each, so it
--- planned nested loops: one rescanned after_rows once per row of
--- before_rows, the cost growing with the square of the batch (a confirm of
--- 193 rows compared 37,056 pairs, 27 ms); and when autovacuum had just
--- counted few rows in enrollment_reservations, another read that table's
--- whole primary key once per row, dead entries and all, the cost growing
--- with the rows deleted since its last vacuum (216 rows read 163,330
--- buffers, 262 ms). Both grew as latency did, since batches grow with it
--- (docs/performance.md, "The full scenario").
+-- with enrollment_reservations in single statements. PL/pgSQL keeps the
+-- plan it made for a connection's first such statement, and the planner,
+-- with no statistics for transition tables, often made it for one row:
+-- nested loops, kept for batches of hundreds. One rescanned after_rows
+-- once per row of before_rows, the cost growing with the square of the
+-- batch (a confirm of 193 rows compared 37,056 pairs, 27 ms); and when
+-- autovacuum had just counted few rows in enrollment_reservations,
+-- another read that table's whole primary key once per row, dead entries
+-- and all, the cost growing with the rows deleted since its last vacuum
+-- (216 rows read 163,330 buffers, 262 ms). Both grew as latency did,
+-- since batches grow with it (docs/performance.md, "The full scenario").
 --
 -- Now each settled row costs one lookup by primary key, whatever the
 -- statistics say: a row leaves 'reserved' exactly when its ID is deleted
