@@ -226,7 +226,8 @@ func Run(ctx context.Context, o Options, arm Arm) (*Result, error) {
 
 	samples, dropped := rec.Snapshot()
 	if growth != nil {
-		res.Growth = growth.result(samples)
+		from, to := HoldWindow(o.Scenario)
+		res.Growth = growth.result(samples, from, to)
 	}
 	if probe != nil {
 		if res.StageTable = probe.result(samples); res.StageTable == nil {

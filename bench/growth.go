@@ -27,6 +27,9 @@ type Growth struct {
 	// Per30s is the client's latency over each 30 s of the run: what the
 	// flatness target is judged on.
 	Per30s []ClientWindow `json:"client_per_30s"`
+	// Flatness is the target's check and the trend over the hold; nil when
+	// the hold is shorter than 90 s.
+	Flatness *Flatness `json:"flatness,omitempty"`
 }
 
 // ClientWindow is the client's answers that ended in [FromS, ToS).
@@ -212,7 +215,7 @@ func hasCheckpointerView(ctx context.Context, db *pgxpool.Pool) bool {
 
 // result stops the probe and turns its readings into rows, each with the
 // client's answers that ended in it.
-func (p *growthProbe) result(samples []Sample) *Growth {
+func (p *growthProbe) result(samples []Sample, holdFrom, holdTo time.Duration) *Growth {
 	close(p.stop)
 	<-p.done
 	g := &Growth{IntervalS: p.interval.Seconds(), DataDir: p.dataDir}
@@ -248,6 +251,7 @@ func (p *growthProbe) result(samples []Sample) *Growth {
 	if n := len(p.readings); n > 0 {
 		g.Per30s = clientWindows(samples, 30*time.Second, p.readings[n-1].at)
 	}
+	g.Flatness = flatness(samples, g.Rows, holdFrom, holdTo)
 	return g
 }
 
@@ -323,6 +327,9 @@ func writeGrowth(w io.Writer, g *Growth) {
 	p("  the client per 30 s (answers, p50 / p95 / p99 ms):\n")
 	for _, c := range g.Per30s {
 		p("    %5.0f–%-5.0fs %7d  %6.1f / %6.1f / %6.1f\n", c.FromS, c.ToS, c.Answers, c.P50MS, c.P95MS, c.P99MS)
+	}
+	if g.Flatness != nil {
+		writeFlatness(w, g.Flatness)
 	}
 }
 

@@ -1,0 +1,103 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"time"
+
+	"gonum.org/v1/gonum/stat"
+)
+
+// Flatness judges a run with --growth by the full scenario's flatness
+// target, and adds the trend over the whole hold that tells growth from
+// the window-to-window noise the target's two windows also see.
+type Flatness struct {
+	// BaseP95MS is the client's p95 over the 30 s that begin 30 s after the
+	// ramp (the hold's start); LastP95MS over the hold's last 30 s; Ratio
+	// is Last ÷ Base, flat within 0.8–1.2.
+	BaseFromS float64 `json:"base_from_s"`
+	BaseP95MS float64 `json:"base_p95_ms"`
+	LastFromS float64 `json:"last_from_s"`
+	LastP95MS float64 `json:"last_p95_ms"`
+	Ratio     float64 `json:"ratio"`
+	// P99OverP50 is over every answer of the run, flat at 3 or less.
+	P99OverP50 float64 `json:"p99_over_p50"`
+	// TrendPctPerMin is the least-squares slope of the growth intervals'
+	// client p95 from the base window's start to the hold's end, per
+	// minute, as a share of their mean: what grows with the work done
+	// grows here in every run, where noise takes either sign from run to
+	// run.
+	TrendPctPerMin float64 `json:"trend_pct_per_min"`
+	// ThirdsP95MS are the medians of those intervals' p95 in each third of
+	// that span.
+	ThirdsP95MS []float64 `json:"thirds_p95_ms"`
+	Intervals   int       `json:"intervals"`
+}
+
+// flatWindow is the length of the two windows the target compares.
+const flatWindow = 30 * time.Second
+
+// flatness is nil when the hold is too short for the two windows apart.
+func flatness(samples []Sample, rows []GrowthRow, holdFrom, holdTo time.Duration) *Flatness {
+	base, last := holdFrom+flatWindow, holdTo-flatWindow
+	if last < base+flatWindow {
+		return nil
+	}
+	var all []float64
+	for _, s := range samples {
+		if s.Outcome == OutcomeStatus {
+			all = append(all, ms(s.Latency))
+		}
+	}
+	run := Summarize(all)
+	f := &Flatness{
+		BaseFromS: base.Seconds(), BaseP95MS: *clientRow(samples, base, base+flatWindow).P95MS,
+		LastFromS: last.Seconds(), LastP95MS: *clientRow(samples, last, holdTo).P95MS,
+	}
+	if f.BaseP95MS > 0 {
+		f.Ratio = round3(f.LastP95MS / f.BaseP95MS)
+	}
+	if run.P50 > 0 {
+		f.P99OverP50 = round3(run.P99 / run.P50)
+	}
+	var xs, ys []float64
+	for _, r := range rows {
+		if r.FromS >= base.Seconds() && r.ToS <= holdTo.Seconds()+0.5 && r.Answers > 0 {
+			xs = append(xs, (r.FromS+r.ToS)/2)
+			ys = append(ys, r.ClientP95MS)
+		}
+	}
+	f.Intervals = len(ys)
+	if len(ys) < 3 {
+		return f
+	}
+	_, slope := stat.LinearRegression(xs, ys, nil, false)
+	if mean := stat.Mean(ys, nil); mean > 0 {
+		f.TrendPctPerMin = round3(slope * 60 / mean * 100)
+	}
+	n := len(ys) / 3
+	for i := range 3 {
+		part := slices.Clone(ys[i*n : (i+1)*n])
+		if i == 2 {
+			part = slices.Clone(ys[2*n:])
+		}
+		slices.Sort(part)
+		f.ThirdsP95MS = append(f.ThirdsP95MS, round3(stat.Quantile(0.5, stat.Empirical, part, nil)))
+	}
+	return f
+}
+
+// writeFlatness prints the check under the growth table.
+func writeFlatness(w io.Writer, f *Flatness) {
+	verdict := "not flat"
+	if f.Ratio >= 0.8 && f.Ratio <= 1.2 && f.P99OverP50 <= 3 {
+		verdict = "flat"
+	}
+	fmt.Fprintf(w, "  flatness: p95 %.1f ms over the hold's last 30 s (from %.0f s) ÷ %.1f ms over 30–60 s after the ramp (from %.0f s) = %.2f (within 0.8–1.2); p99 ÷ p50 %.2f (≤ 3): %s\n",
+		f.LastP95MS, f.LastFromS, f.BaseP95MS, f.BaseFromS, f.Ratio, f.P99OverP50, verdict)
+	if len(f.ThirdsP95MS) == 3 {
+		fmt.Fprintf(w, "  trend of the %d intervals' p95 from %.0f s to the hold's end: %+.1f %% of their mean a minute; medians by third %.1f / %.1f / %.1f ms\n",
+			f.Intervals, f.BaseFromS, f.TrendPctPerMin, f.ThirdsP95MS[0], f.ThirdsP95MS[1], f.ThirdsP95MS[2])
+	}
+}

@@ -1,0 +1,89 @@
+package bench
+
+import (
+	"bytes"
+	"math"
+	"strings"
+	"testing"
+	"time"
+)
+
+// flatRun is a run of answers, 10 a second over [0, end), whose latency at
+// second t is lat(t), and growth rows of 10 s that hold their p95.
+func flatRun(end time.Duration, lat func(t float64) float64) ([]Sample, []GrowthRow) {
+	var samples []Sample
+	var rows []GrowthRow
+	for from := time.Duration(0); from < end; from += 10 * time.Second {
+		var win []Sample
+		for i := range 100 {
+			at := from + time.Duration(i)*100*time.Millisecond
+			win = append(win, Sample{End: at, Outcome: OutcomeStatus, Latency: time.Duration(lat(at.Seconds()) * float64(time.Millisecond))})
+		}
+		samples = append(samples, win...)
+		c := clientRow(win, from, from+10*time.Second)
+		rows = append(rows, GrowthRow{FromS: from.Seconds(), ToS: (from + 10*time.Second).Seconds(), Answers: int(c.Count), ClientP95MS: *c.P95MS})
+	}
+	return samples, rows
+}
+
+func TestFlatness(t *testing.T) {
+	for _, tc := range []struct {
+		name             string
+		holdFrom, holdTo time.Duration
+		lat              func(t float64) float64
+		wantRatio        float64
+		wantTrend        float64 // % a minute, ± 1
+		wantVerdict      string
+		wantNil          bool
+	}{
+		{name: "steady", holdFrom: 30 * time.Second, holdTo: 230 * time.Second,
+			lat: func(float64) float64 { return 40 }, wantRatio: 1, wantTrend: 0, wantVerdict: ": flat"},
+		{
+			// 40 ms at 60 s growing by 0.2 ms a second: 68 ms at 200 s, a
+			// ratio of 1.6 and a trend of 12 ms a minute over a mean of 58.
+			name: "growing", holdFrom: 30 * time.Second, holdTo: 230 * time.Second,
+			lat:       func(t float64) float64 { return 40 + 0.2*math.Max(0, t-60) },
+			wantRatio: 1.61, wantTrend: 12.0 / 57.9 * 100, wantVerdict: ": not flat",
+		},
+		{
+			// A wave: high in the middle, back at the end. The two windows
+			// agree, and the trend says nothing grew.
+			name: "wave", holdFrom: 30 * time.Second, holdTo: 590 * time.Second,
+			lat:       func(t float64) float64 { return 40 + 30*math.Sin(math.Pi*(t-60)/530) },
+			wantRatio: 1.0, wantTrend: 0, wantVerdict: ": flat",
+		},
+		{name: "hold too short", holdFrom: 30 * time.Second, holdTo: 100 * time.Second,
+			lat: func(float64) float64 { return 40 }, wantNil: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			samples, rows := flatRun(tc.holdTo+10*time.Second, tc.lat)
+			f := flatness(samples, rows, tc.holdFrom, tc.holdTo)
+			if tc.wantNil {
+				if f != nil {
+					t.Fatalf("flatness = %+v, want nil for a %v hold", f, tc.holdTo-tc.holdFrom)
+				}
+				return
+			}
+			if f == nil {
+				t.Fatal("flatness = nil")
+			}
+			if f.BaseFromS != (tc.holdFrom+flatWindow).Seconds() || f.LastFromS != (tc.holdTo-flatWindow).Seconds() {
+				t.Errorf("windows from %v s and %v s, want 30 s after the hold's start and 30 s before its end", f.BaseFromS, f.LastFromS)
+			}
+			if math.Abs(f.Ratio-tc.wantRatio) > 0.05*tc.wantRatio {
+				t.Errorf("ratio %v, want about %v", f.Ratio, tc.wantRatio)
+			}
+			if math.Abs(f.TrendPctPerMin-tc.wantTrend) > 1.5 {
+				t.Errorf("trend %v %% a minute, want about %v", f.TrendPctPerMin, tc.wantTrend)
+			}
+			if len(f.ThirdsP95MS) != 3 {
+				t.Fatalf("thirds %v, want 3", f.ThirdsP95MS)
+			}
+			var out bytes.Buffer
+			writeFlatness(&out, f)
+			if !strings.Contains(out.String(), tc.wantVerdict+"\n") {
+				t.Errorf("printed %q, want the verdict %q", out.String(), tc.wantVerdict)
+			}
+		})
+	}
+}
