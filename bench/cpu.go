@@ -101,6 +101,20 @@ type cpuSnapshot struct {
 	ioOK    bool
 }
 
+// cpuModel is the first CPU's model name, or "" where /proc/cpuinfo does
+// not give one.
+func cpuModel() string {
+	fs, err := procfs.NewFS(procFS)
+	if err != nil {
+		return ""
+	}
+	info, err := fs.CPUInfo()
+	if err != nil || len(info) == 0 {
+		return ""
+	}
+	return info[0].ModelName
+}
+
 func takeCPUSnapshot(roots []int, self int) (cpuSnapshot, error) {
 	fs, err := procfs.NewFS(procFS)
 	if err != nil {

@@ -3,6 +3,7 @@ package bench
 import (
 	"fmt"
 	"io"
+	"math"
 	"slices"
 	"time"
 
@@ -33,6 +34,11 @@ type Flatness struct {
 	// that span.
 	ThirdsP95MS []float64 `json:"thirds_p95_ms"`
 	Intervals   int       `json:"intervals"`
+	// StealMaxPct is the most of an interval's CPU time the virtual
+	// machine's host took, and StealP95Corr the correlation of the
+	// intervals' steal with their p95 (0 where steal was not read).
+	StealMaxPct  float64 `json:"steal_max_pct"`
+	StealP95Corr float64 `json:"steal_p95_corr"`
 }
 
 // flatWindow is the length of the two windows the target compares.
@@ -61,11 +67,20 @@ func flatness(samples []Sample, rows []GrowthRow, holdFrom, holdTo time.Duration
 	if run.P50 > 0 {
 		f.P99OverP50 = round3(run.P99 / run.P50)
 	}
-	var xs, ys []float64
+	var xs, ys, steal []float64
 	for _, r := range rows {
 		if r.FromS >= base.Seconds() && r.ToS <= holdTo.Seconds()+0.5 && r.Answers > 0 {
 			xs = append(xs, (r.FromS+r.ToS)/2)
 			ys = append(ys, r.ClientP95MS)
+			if r.MachineStealShare != nil {
+				steal = append(steal, *r.MachineStealShare*100)
+			}
+		}
+	}
+	if len(steal) == len(ys) && len(ys) >= 3 {
+		f.StealMaxPct = round3(slices.Max(steal))
+		if c := stat.Correlation(ys, steal, nil); !math.IsNaN(c) {
+			f.StealP95Corr = round3(c)
 		}
 	}
 	f.Intervals = len(ys)
@@ -99,5 +114,6 @@ func writeFlatness(w io.Writer, f *Flatness) {
 	if len(f.ThirdsP95MS) == 3 {
 		fmt.Fprintf(w, "  trend of the %d intervals' p95 from %.0f s to the hold's end: %+.1f %% of their mean a minute; medians by third %.1f / %.1f / %.1f ms\n",
 			f.Intervals, f.BaseFromS, f.TrendPctPerMin, f.ThirdsP95MS[0], f.ThirdsP95MS[1], f.ThirdsP95MS[2])
+		fmt.Fprintf(w, "  the host's steal over those intervals: at most %.1f %%; its correlation with their p95 %.2f\n", f.StealMaxPct, f.StealP95Corr)
 	}
 }

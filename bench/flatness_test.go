@@ -79,11 +79,69 @@ func TestFlatness(t *testing.T) {
 			if len(f.ThirdsP95MS) != 3 {
 				t.Fatalf("thirds %v, want 3", f.ThirdsP95MS)
 			}
+			if f.StealMaxPct != 0 || f.StealP95Corr != 0 {
+				t.Errorf("steal %v %%, correlation %v, from rows that read none", f.StealMaxPct, f.StealP95Corr)
+			}
 			var out bytes.Buffer
 			writeFlatness(&out, f)
 			if !strings.Contains(out.String(), tc.wantVerdict+"\n") {
 				t.Errorf("printed %q, want the verdict %q", out.String(), tc.wantVerdict)
 			}
 		})
+	}
+}
+
+func TestCPUPerAnswer(t *testing.T) {
+	row := func(from float64, answers int, cf, pg float64) GrowthRow {
+		return GrowthRow{FromS: from, ToS: from + 10, Answers: answers,
+			CPU: []CPURow{{Process: "claimflow", CPUS: cf}, {Process: "postgres", CPUS: pg}}}
+	}
+	rows := []GrowthRow{row(0, 1000, 1, 0.5), row(10, 1000, 2, 0.5), row(20, 2000, 3, 1), row(30, 4000, 8, 2),
+		{FromS: 40, ToS: 50, Answers: 100}} // no CPU reading
+	for _, tc := range []struct {
+		name     string
+		from, to float64
+		want     map[string]float64
+	}{
+		{"the first 30 s", 0, 30, map[string]float64{"claimflow": 1.5, "postgres": 0.5}},
+		{"one interval", 30, 40, map[string]float64{"claimflow": 2, "postgres": 0.5}},
+		{"a window with no CPU reading", 40, 50, nil},
+		{"only the intervals whole inside", 5, 25, map[string]float64{"claimflow": 2, "postgres": 0.5}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := cpuPerAnswer(rows, tc.from, tc.to)
+			if len(got) != len(tc.want) {
+				t.Fatalf("got %v, want %v", got, tc.want)
+			}
+			for part, v := range tc.want {
+				if math.Abs(got[part]-v) > 1e-9 {
+					t.Errorf("%s: %v ms an answer, want %v", part, got[part], v)
+				}
+			}
+		})
+	}
+}
+
+// TestFlatnessNamesSteal: intervals whose p95 follows the host's steal
+// show it in the correlation.
+func TestFlatnessNamesSteal(t *testing.T) {
+	stealAt := func(t float64) float64 {
+		if t >= 300 && t < 400 {
+			return 0.12
+		}
+		return 0.005
+	}
+	samples, rows := flatRun(600*time.Second, func(t float64) float64 { return 40 + 1000*stealAt(t) })
+	for i := range rows {
+		rows[i].MachineStealShare = ptr(stealAt(rows[i].FromS))
+	}
+	f := flatness(samples, rows, 30*time.Second, 590*time.Second)
+	if f == nil || f.StealMaxPct != 12 || f.StealP95Corr < 0.95 {
+		t.Fatalf("flatness %+v, want steal at most 12 %% and a correlation near 1", f)
+	}
+	var out bytes.Buffer
+	writeFlatness(&out, f)
+	if !strings.Contains(out.String(), "at most 12.0 %; its correlation with their p95 1.00") {
+		t.Errorf("printed %q", out.String())
 	}
 }

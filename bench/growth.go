@@ -5,9 +5,12 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
+	"slices"
 	"sync"
 	"time"
 
@@ -40,6 +43,11 @@ type ClientWindow struct {
 	P50MS   float64 `json:"p50_ms"`
 	P95MS   float64 `json:"p95_ms"`
 	P99MS   float64 `json:"p99_ms"`
+	// CPUMSPerAnswer is each part's CPU milliseconds (the --pid processes
+	// and their children, and the generator) per answer, over the growth
+	// intervals inside the window: a part slower per claim in the slow
+	// windows did more work, or got less from its CPU.
+	CPUMSPerAnswer map[string]float64 `json:"cpu_ms_per_answer,omitempty"`
 }
 
 // clientWindows cuts [0, end) into windows of w.
@@ -89,6 +97,11 @@ type GrowthRow struct {
 	Goroutines          *float64 `json:"goroutines"`
 	MachineBusyShare    *float64 `json:"machine_busy_share"`
 	MachineIOStallShare *float64 `json:"machine_io_stall_share"`
+	// MachineStealShare is the part of the machine's CPU time the virtual
+	// machine's host took: it comes in bursts that slow every stage at once.
+	MachineStealShare *float64 `json:"machine_steal_share"`
+	// CPU is each part's CPU over the interval.
+	CPU []CPURow `json:"cpu,omitempty"`
 }
 
 // growthReading is a reading with the sizes and Postgres' counters.
@@ -245,14 +258,43 @@ func (p *growthProbe) result(samples []Sample, holdFrom, holdTo time.Duration) *
 		if a.cpu.procs != nil && b.cpu.procs != nil {
 			row.MachineBusyShare = machineBusy(a.cpu, b.cpu)
 			row.MachineIOStallShare = machineIOStall(a.cpu, b.cpu, (b.at - a.at).Seconds())
+			row.MachineStealShare = machineSteal(a.cpu, b.cpu)
+			row.CPU = cpuRows(a.cpu, b.cpu, (b.at - a.at).Seconds(), runtime.NumCPU())
 		}
 		g.Rows = append(g.Rows, row)
 	}
 	if n := len(p.readings); n > 0 {
 		g.Per30s = clientWindows(samples, 30*time.Second, p.readings[n-1].at)
+		for i := range g.Per30s {
+			g.Per30s[i].CPUMSPerAnswer = cpuPerAnswer(g.Rows, g.Per30s[i].FromS, g.Per30s[i].ToS)
+		}
 	}
 	g.Flatness = flatness(samples, g.Rows, holdFrom, holdTo)
 	return g
+}
+
+// cpuPerAnswer is each part's CPU ms per answer over the rows that lie in
+// [from, to], or nil when they hold no answer or no CPU reading.
+func cpuPerAnswer(rows []GrowthRow, from, to float64) map[string]float64 {
+	cpuS := map[string]float64{}
+	answers := 0
+	for _, r := range rows {
+		if r.FromS < from-0.5 || r.ToS > to+0.5 || r.CPU == nil {
+			continue
+		}
+		answers += r.Answers
+		for _, c := range r.CPU {
+			cpuS[c.Process] += c.CPUS
+		}
+	}
+	if answers == 0 || len(cpuS) == 0 {
+		return nil
+	}
+	out := map[string]float64{}
+	for part, s := range cpuS {
+		out[part] = round3(s * 1000 / float64(answers))
+	}
+	return out
 }
 
 func delta(a, b *int64) *int64 {
@@ -283,7 +325,7 @@ func writeGrowth(w io.Writer, g *Growth) {
 	for _, c := range growthColumns {
 		head = append(head, c.head)
 	}
-	head = append(head, "batch p50", "tdb", "twal", "kafka", "pg tbl", "pg idx", "dead k", "ckpt", "autovac", "gc ms", "gc n", "heap", "busy%", "io%")
+	head = append(head, "batch p50", "tdb", "twal", "kafka", "pg tbl", "pg idx", "dead k", "ckpt", "autovac", "gc ms", "gc n", "heap", "busy%", "steal%", "io%")
 	for _, h := range head {
 		p(" %8s", h)
 	}
@@ -318,15 +360,25 @@ func writeGrowth(w io.Writer, g *Growth) {
 		cells = append(cells, stageCell(r.Stages, "claims per batch", true),
 			mib(r.TemporalDB), mib(r.TemporalWAL), mib(r.KafkaDir), mib(r.PGTables), mib(r.PGIndexes), dead,
 			num(r.PGCheckpoints), num(r.PGAutovacuums), flt(r.GCPauseMS, 1), flt(r.GCCycles, 1), flt(r.HeapMB, 1),
-			flt(r.MachineBusyShare, 100), flt(r.MachineIOStallShare, 100))
+			flt(r.MachineBusyShare, 100), flt(r.MachineStealShare, 100), flt(r.MachineIOStallShare, 100))
 		for _, c := range cells {
 			p(" %8s", c)
 		}
 		p("\n")
 	}
-	p("  the client per 30 s (answers, p50 / p95 / p99 ms):\n")
+	p("  the client per 30 s (answers, p50 / p95 / p99 ms; CPU ms per answer of each part):\n")
 	for _, c := range g.Per30s {
-		p("    %5.0f–%-5.0fs %7d  %6.1f / %6.1f / %6.1f\n", c.FromS, c.ToS, c.Answers, c.P50MS, c.P95MS, c.P99MS)
+		p("    %5.0f–%-5.0fs %7d  %6.1f / %6.1f / %6.1f", c.FromS, c.ToS, c.Answers, c.P50MS, c.P95MS, c.P99MS)
+		parts := slices.Sorted(maps.Keys(c.CPUMSPerAnswer))
+		var all float64
+		for _, part := range parts {
+			p("  %s %.3f", part, c.CPUMSPerAnswer[part])
+			all += c.CPUMSPerAnswer[part]
+		}
+		if len(parts) > 0 {
+			p("  all %.3f", all)
+		}
+		p("\n")
 	}
 	if g.Flatness != nil {
 		writeFlatness(w, g.Flatness)

@@ -34,7 +34,10 @@ type StageTable struct {
 	// MachineStealShare the part of it the virtual machine's host took.
 	// MachineIOStallShare is the share of the window in which some task
 	// waited for the disk (/proc/pressure/io "some"; null without PSI).
-	CPUs                int      `json:"cpus"`
+	CPUs int `json:"cpus"`
+	// CPUModel is the CPUs' model as /proc/cpuinfo names it: a virtual
+	// machine's host can change between sittings, and the latencies with it.
+	CPUModel            string   `json:"cpu_model,omitempty"`
 	MachineBusyShare    *float64 `json:"machine_busy_share"`
 	MachineStealShare   *float64 `json:"machine_steal_share"`
 	MachineIOStallShare *float64 `json:"machine_io_stall_share"`
@@ -273,7 +276,7 @@ func startStageProbe(ctx context.Context, urls []string, roots []int, start time
 // row, which the run adds from its samples).
 func buildStageTable(urls []string, a, b reading) *StageTable {
 	window := (b.at - a.at).Seconds()
-	t := &StageTable{WindowS: round3(window), Metrics: slices.Clone(urls), CPUs: runtime.NumCPU()}
+	t := &StageTable{WindowS: round3(window), Metrics: slices.Clone(urls), CPUs: runtime.NumCPU(), CPUModel: cpuModel()}
 	switch {
 	case len(urls) == 0:
 		t.Note = "no metrics URL (pass --metrics)"
@@ -342,7 +345,11 @@ func writeStageTable(w io.Writer, t *StageTable) {
 	if t.MachineIOStallShare != nil {
 		busy += fmt.Sprintf("; some task waited for the disk %.1f%% of the time", 100**t.MachineIOStallShare)
 	}
-	p("  CPU over the same window (share of %d CPUs; machine busy %s):\n", t.CPUs, busy)
+	model := ""
+	if t.CPUModel != "" {
+		model = ", " + t.CPUModel
+	}
+	p("  CPU over the same window (share of %d CPUs%s; machine busy %s):\n", t.CPUs, model, busy)
 	for _, r := range t.CPU {
 		p("    %-36s %7.2fs %6.1f%%  %s\n", r.Process, r.CPUS, 100*r.Share, pidList(r.PIDs))
 	}

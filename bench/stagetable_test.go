@@ -247,6 +247,7 @@ func TestCPUSnapshotReadsProc(t *testing.T) {
 		"42/status":   "Name:\ta (b) c\nVmPeak:\t  900 kB\nVmRSS:\t  123456 kB\nThreads:\t12\n",
 		"stat":        "cpu  100 5 50 800 20 3 2 11 7 0\ncpu0 100 5 50 800 20 3 2 11 7 0\nbtime 1\n",
 		"pressure/io": "some avg10=0.10 avg60=0.32 avg300=1.38 total=1138000695\nfull avg10=0.10 avg60=0.24 avg300=0.89 total=865817225\n",
+		"cpuinfo":     "processor\t: 0\nvendor_id\t: AuthenticAMD\nmodel name\t: AMD EPYC\ncpu MHz\t\t: 2596.140\n\nprocessor\t: 1\nvendor_id\t: AuthenticAMD\nmodel name\t: AMD EPYC\n",
 	})
 	t.Cleanup(func() { procFS = procfs.DefaultMountPoint })
 	s, err := takeCPUSnapshot([]int{42}, 1)
@@ -271,11 +272,17 @@ func TestCPUSnapshotReadsProc(t *testing.T) {
 	if _, err := readRSS(43); err == nil {
 		t.Error("rss of a process that is not there")
 	}
+	if m := cpuModel(); m != "AMD EPYC" {
+		t.Errorf("cpu model %q, want the fixture's", m)
+	}
 
 	// A kernel without pressure stall information: io stall unknown.
 	procFS = writeProc(t, map[string]string{"stat": "cpu  1 0 0 1 0 0 0 0 0 0\n"})
 	if s, err := takeCPUSnapshot(nil, 1); err != nil || s.ioOK || !s.machineOK {
 		t.Errorf("without PSI: %+v, %v", s, err)
+	}
+	if m := cpuModel(); m != "" {
+		t.Errorf("cpu model %q without /proc/cpuinfo, want none", m)
 	}
 }
 
