@@ -225,10 +225,6 @@ func Run(ctx context.Context, o Options, arm Arm) (*Result, error) {
 	}
 
 	samples, dropped := rec.Snapshot()
-	if growth != nil {
-		from, to := HoldWindow(o.Scenario)
-		res.Growth = growth.result(samples, from, to)
-	}
 	if probe != nil {
 		if res.StageTable = probe.result(samples); res.StageTable == nil {
 			res.NoStageTable = "the run ended before the hold's second reading"
@@ -239,6 +235,10 @@ func Run(ctx context.Context, o Options, arm Arm) (*Result, error) {
 		sendSpan = max(sendSpan, s.End)
 	}
 	res.HTTPSummary = SummarizeHTTP(samples, sendSpan)
+	if growth != nil {
+		from, to := HoldWindow(o.Scenario)
+		res.Growth = growth.result(samples, res.HTTPSummary.Latency, from, to)
+	}
 	res.Iterations = stats
 	res.DroppedIterations = stats.Dropped
 	res.Retries = int(en.retries.Load())

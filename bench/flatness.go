@@ -22,7 +22,7 @@ type Flatness struct {
 	LastFromS float64 `json:"last_from_s"`
 	LastP95MS float64 `json:"last_p95_ms"`
 	Ratio     float64 `json:"ratio"`
-	// P99OverP50 is over every answer of the run, flat at 3 or less.
+	// P99OverP50 is the run's summary's (latency_ms), flat at 3 or less.
 	P99OverP50 float64 `json:"p99_over_p50"`
 	// TrendPctPerMin is the least-squares slope of the growth intervals'
 	// client p95 from the base window's start to the hold's end, per
@@ -44,19 +44,13 @@ type Flatness struct {
 // flatWindow is the length of the two windows the target compares.
 const flatWindow = 30 * time.Second
 
-// flatness is nil when the hold is too short for the two windows apart.
-func flatness(samples []Sample, rows []GrowthRow, holdFrom, holdTo time.Duration) *Flatness {
+// flatness is nil when the hold is too short for the two windows apart;
+// run is the run's latency summary, which it does not compute again.
+func flatness(samples []Sample, run LatencySummary, rows []GrowthRow, holdFrom, holdTo time.Duration) *Flatness {
 	base, last := holdFrom+flatWindow, holdTo-flatWindow
 	if last < base+flatWindow {
 		return nil
 	}
-	var all []float64
-	for _, s := range samples {
-		if s.Outcome == OutcomeStatus {
-			all = append(all, ms(s.Latency))
-		}
-	}
-	run := Summarize(all)
 	f := &Flatness{
 		BaseFromS: base.Seconds(), BaseP95MS: *clientRow(samples, base, base+flatWindow).P95MS,
 		LastFromS: last.Seconds(), LastP95MS: *clientRow(samples, last, holdTo).P95MS,
@@ -91,13 +85,10 @@ func flatness(samples []Sample, rows []GrowthRow, holdFrom, holdTo time.Duration
 	if mean := stat.Mean(ys, nil); mean > 0 {
 		f.TrendPctPerMin = round3(slope * 60 / mean * 100)
 	}
+	// The last third takes what len(ys)/3 leaves over.
 	n := len(ys) / 3
-	for i := range 3 {
-		part := slices.Clone(ys[i*n : (i+1)*n])
-		if i == 2 {
-			part = slices.Clone(ys[2*n:])
-		}
-		slices.Sort(part)
+	for _, part := range [][]float64{ys[:n], ys[n : 2*n], ys[2*n:]} {
+		part = slices.Sorted(slices.Values(part))
 		f.ThirdsP95MS = append(f.ThirdsP95MS, round3(stat.Quantile(0.5, stat.Empirical, part, nil)))
 	}
 	return f

@@ -57,7 +57,7 @@ func TestFlatness(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			samples, rows := flatRun(tc.holdTo+10*time.Second, tc.lat)
-			f := flatness(samples, rows, tc.holdFrom, tc.holdTo)
+			f := flatness(samples, SummarizeHTTP(samples, tc.holdTo).Latency, rows, tc.holdFrom, tc.holdTo)
 			if tc.wantNil {
 				if f != nil {
 					t.Fatalf("flatness = %+v, want nil for a %v hold", f, tc.holdTo-tc.holdFrom)
@@ -135,7 +135,7 @@ func TestFlatnessNamesSteal(t *testing.T) {
 	for i := range rows {
 		rows[i].MachineStealShare = ptr(stealAt(rows[i].FromS))
 	}
-	f := flatness(samples, rows, 30*time.Second, 590*time.Second)
+	f := flatness(samples, SummarizeHTTP(samples, 600*time.Second).Latency, rows, 30*time.Second, 590*time.Second)
 	if f == nil || f.StealMaxPct != 12 || f.StealP95Corr < 0.95 {
 		t.Fatalf("flatness %+v, want steal at most 12 %% and a correlation near 1", f)
 	}

@@ -228,7 +228,7 @@ func hasCheckpointerView(ctx context.Context, db *pgxpool.Pool) bool {
 
 // result stops the probe and turns its readings into rows, each with the
 // client's answers that ended in it.
-func (p *growthProbe) result(samples []Sample, holdFrom, holdTo time.Duration) *Growth {
+func (p *growthProbe) result(samples []Sample, run LatencySummary, holdFrom, holdTo time.Duration) *Growth {
 	close(p.stop)
 	<-p.done
 	g := &Growth{IntervalS: p.interval.Seconds(), DataDir: p.dataDir}
@@ -269,7 +269,7 @@ func (p *growthProbe) result(samples []Sample, holdFrom, holdTo time.Duration) *
 			g.Per30s[i].CPUMSPerAnswer = cpuPerAnswer(g.Rows, g.Per30s[i].FromS, g.Per30s[i].ToS)
 		}
 	}
-	g.Flatness = flatness(samples, g.Rows, holdFrom, holdTo)
+	g.Flatness = flatness(samples, run, g.Rows, holdFrom, holdTo)
 	return g
 }
 
