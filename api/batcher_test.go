@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"go.temporal.io/api/serviceerror"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -182,8 +183,10 @@ func TestBatcherObservesWaitsCallsAndAnswers(t *testing.T) {
 
 // deskTemporal stands for the desks: it takes each batch, holds it until
 // release, then decides every claim (course_not_found); it records each
-// batch's update and how many were under way at once. turnAway answers
-// that many calls DeskFull first, from the update's outcome.
+// batch's update, whether it came with a start, and how many were under way
+// at once. A desk runs once a batch started it: an update to a desk with no
+// run is not found. turnAway answers that many calls DeskFull first, from
+// the update's outcome.
 type deskTemporal struct {
 	undecidedTemporal
 	release  chan struct{}
@@ -192,16 +195,39 @@ type deskTemporal struct {
 
 	mu           sync.Mutex
 	updates      []client.UpdateWorkflowOptions
+	withStart    []bool // of each update: sent by Update-With-Start
+	started      map[string]bool
 	running, max int
 }
 
+func (f *deskTemporal) UpdateWorkflow(ctx context.Context, o client.UpdateWorkflowOptions) (client.WorkflowUpdateHandle, error) {
+	f.mu.Lock()
+	running := f.started[o.WorkflowID]
+	f.mu.Unlock()
+	if !running {
+		return nil, serviceerror.NewNotFound("test: desk " + o.WorkflowID + " has no run")
+	}
+	return f.take(ctx, o, false)
+}
+
 func (f *deskTemporal) UpdateWithStartWorkflow(ctx context.Context, o client.UpdateWithStartWorkflowOptions) (client.WorkflowUpdateHandle, error) {
-	in, ok := o.UpdateOptions.Args[0].(workflows.DeskBatch)
+	f.mu.Lock()
+	if f.started == nil {
+		f.started = map[string]bool{}
+	}
+	f.started[o.UpdateOptions.WorkflowID] = true
+	f.mu.Unlock()
+	return f.take(ctx, o.UpdateOptions, true)
+}
+
+func (f *deskTemporal) take(ctx context.Context, o client.UpdateWorkflowOptions, withStart bool) (client.WorkflowUpdateHandle, error) {
+	in, ok := o.Args[0].(workflows.DeskBatch)
 	if !ok {
 		return nil, errors.New("test: the desk's update carries no batch")
 	}
 	f.mu.Lock()
-	f.updates = append(f.updates, o.UpdateOptions)
+	f.updates = append(f.updates, o)
+	f.withStart = append(f.withStart, withStart)
 	full := f.turnAway > 0
 	f.turnAway--
 	f.running++
@@ -212,7 +238,7 @@ func (f *deskTemporal) UpdateWithStartWorkflow(ctx context.Context, o client.Upd
 		f.running--
 		f.mu.Unlock()
 	}()
-	f.entered <- o.UpdateOptions.WorkflowID
+	f.entered <- o.WorkflowID
 	if full {
 		return turnedAway{}, nil
 	}
@@ -251,9 +277,12 @@ func TestBatcherSendsABatchTheDeskTurnedAwayToItsNextRun(t *testing.T) {
 	if len(f.updates) != 3 {
 		t.Fatalf("%d updates, want 3: turned away twice, then decided", len(f.updates))
 	}
-	for _, u := range f.updates {
+	for i, u := range f.updates {
 		if u.WorkflowID != workflows.EnrollmentDeskWorkflowID(0) || u.UpdateID != f.updates[0].UpdateID {
 			t.Errorf("update to %s as %s, want desk 0 as %s each time", u.WorkflowID, u.UpdateID, f.updates[0].UpdateID)
+		}
+		if f.withStart[i] != (i == 0) {
+			t.Errorf("update %d sent with a start: %v; want only the first, which found no desk running", i, f.withStart[i])
 		}
 	}
 	var full, sizes dto.Metric
@@ -310,6 +339,11 @@ func TestBatcherKeepsOneBatchOnEachDesk(t *testing.T) {
 		if u.UpdateName != workflows.UpdateDeskBatch || u.UpdateID != in.BatchID || in.BatchID == "" || in.CollectedAt.IsZero() {
 			t.Errorf("update %+v carries %+v", u, in)
 		}
+	}
+	// Each desk is started by its first batch; the third batch goes to the
+	// run of the desk freed first, as an update alone.
+	if fmt.Sprint(f.withStart) != "[true true false]" {
+		t.Errorf("updates sent with a start: %v, want [true true false]", f.withStart)
 	}
 	if fmt.Sprint(sizes) != "[1 1 3]" || f.max != 2 || len(desks) != 2 {
 		t.Errorf("batches of %v claims on %d desks, %d at once; want [1 1 3] on 2, 2 at once", sizes, len(desks), f.max)

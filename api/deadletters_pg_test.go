@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"go.temporal.io/api/serviceerror"
 	"io"
 	"log/slog"
 	"net/http"
@@ -38,6 +39,11 @@ type signalled struct {
 
 func (f *signalTemporal) NewWithStartWorkflowOperation(client.StartWorkflowOptions, any, ...any) client.WithStartWorkflowOperation {
 	return nil
+}
+
+// UpdateWorkflow finds no desk running: a batch goes by Update-With-Start.
+func (f *signalTemporal) UpdateWorkflow(context.Context, client.UpdateWorkflowOptions) (client.WorkflowUpdateHandle, error) {
+	return nil, serviceerror.NewNotFound("signalTemporal: no desk running")
 }
 
 func (f *signalTemporal) UpdateWithStartWorkflow(ctx context.Context, o client.UpdateWithStartWorkflowOptions) (client.WorkflowUpdateHandle, error) {

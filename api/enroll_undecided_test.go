@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"go.temporal.io/api/serviceerror"
 	"io"
 	"log/slog"
 	"net/http"
@@ -42,6 +43,11 @@ func (f *undecidedTemporal) NewWithStartWorkflowOperation(client.StartWorkflowOp
 
 func (f *undecidedTemporal) ExecuteWorkflow(context.Context, client.StartWorkflowOptions, any, ...any) (client.WorkflowRun, error) {
 	return nil, errors.New("undecidedTemporal: no runs")
+}
+
+// UpdateWorkflow finds no desk running: a batch goes by Update-With-Start.
+func (f *undecidedTemporal) UpdateWorkflow(context.Context, client.UpdateWorkflowOptions) (client.WorkflowUpdateHandle, error) {
+	return nil, serviceerror.NewNotFound("undecidedTemporal: no desk running")
 }
 
 func (f *undecidedTemporal) UpdateWithStartWorkflow(ctx context.Context, o client.UpdateWithStartWorkflowOptions) (client.WorkflowUpdateHandle, error) {

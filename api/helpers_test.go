@@ -10,6 +10,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"go.temporal.io/api/serviceerror"
 	"log/slog"
 	"net"
 	"net/http"
@@ -52,6 +53,11 @@ func (f *fakeTemporal) NewWithStartWorkflowOperation(client.StartWorkflowOptions
 
 func (f *fakeTemporal) ExecuteWorkflow(context.Context, client.StartWorkflowOptions, any, ...any) (client.WorkflowRun, error) {
 	return nil, errors.New("fake Temporal: no runs")
+}
+
+// UpdateWorkflow finds no desk running: a batch goes by Update-With-Start.
+func (f *fakeTemporal) UpdateWorkflow(context.Context, client.UpdateWorkflowOptions) (client.WorkflowUpdateHandle, error) {
+	return nil, serviceerror.NewNotFound("fake Temporal: no desk running")
 }
 
 func (f *fakeTemporal) UpdateWithStartWorkflow(ctx context.Context, o client.UpdateWithStartWorkflowOptions) (client.WorkflowUpdateHandle, error) {

@@ -20,7 +20,7 @@ type metrics struct {
 	decisions *prometheus.CounterVec
 	// An enrollment's way through the claim batcher and back (where an
 	// answer's time goes): waiting for its batch, the batch's
-	// Update-With-Start, the batch's size, and the handler's answer.
+	// update call to a desk, its size, and the handler's answer.
 	batchWait   prometheus.Histogram
 	batchCall   prometheus.Histogram
 	batchClaims prometheus.Histogram
@@ -47,17 +47,17 @@ func newMetrics(s *server) *metrics {
 		}, []string{"workflow", "status", "refusal"}),
 		batchWait: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "claimflow_claim_batch_wait_seconds",
-			Help:    "An enrollment claim's wait from its submission to the start of its batch's Update-With-Start call to a desk.",
+			Help:    "An enrollment claim's wait from its submission to the start of its batch's update call to a desk.",
 			Buckets: buckets.Seconds(),
 		}),
 		batchCall: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "claimflow_claim_batch_call_seconds",
-			Help:    "A claim batch's Update-With-Start call, from the call to its decisions back (calls that end without decisions are not counted).",
+			Help:    "A claim batch's update call to a desk, from the call to its decisions back (calls that end without decisions are not counted).",
 			Buckets: buckets.Seconds(),
 		}),
 		batchClaims: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "claimflow_claim_batch_claims",
-			Help:    "Claims in one batch, counted when its Update-With-Start call to a desk starts.",
+			Help:    "Claims in one batch, counted when its update call to a desk starts.",
 			Buckets: buckets.Claims(),
 		}),
 		answer: prometheus.NewHistogram(prometheus.HistogramOpts{
@@ -115,7 +115,7 @@ func (m *metrics) decided(workflow, status, refusal string) {
 // The batcher's and the handler's observations; a nil *metrics (a batcher
 // built by hand in a test) records nothing.
 
-// batchStarted records a batch whose Update-With-Start call starts at
+// batchStarted records a batch whose update call to a desk starts at
 // call: its size and each claim's wait since submitted.
 func (m *metrics) batchStarted(call time.Time, submitted []time.Time) {
 	if m == nil {

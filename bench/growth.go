@@ -309,7 +309,7 @@ func delta(a, b *int64) *int64 {
 // has every stage's p50 and p95.
 var growthColumns = []struct{ head, stage string }{
 	{"batcher", "batcher wait"},
-	{"UwS", "Update-With-Start round trip"},
+	{"update", "batch update round trip"},
 	{"wf task", "workflow task execution"},
 	{"reserve", "ReserveSeats (local activity)"},
 	{"publish", "PublishBatch (local activity)"},

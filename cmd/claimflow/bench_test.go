@@ -413,7 +413,7 @@ func asJSON(t *testing.T, v any) map[string]any {
 }
 
 // checkStageTable holds a burst's stage table to the stages issue 17 reads
-// most: the batcher's wait, the Update-With-Start, ReserveSeats and
+// most: the batcher's wait, the batch's update, ReserveSeats and
 // PublishBatch were all observed during the hold, and the CPU table has a
 // row for the claimflow process (here the test process, which also runs
 // the bench), so the table cannot silently go empty.
@@ -442,7 +442,7 @@ func checkStageTable(t *testing.T, arm map[string]any) {
 			t.Errorf("stage row %v has no p50_ms", row)
 		}
 	}
-	for _, name := range []string{"batcher wait", "Update-With-Start round trip", "ReserveSeats (local activity)",
+	for _, name := range []string{"batcher wait", "batch update round trip", "ReserveSeats (local activity)",
 		"PublishBatch (local activity)", "client-observed (bench samples)"} {
 		if counts[name] <= 0 {
 			t.Errorf("stage %q counted nothing during the hold (stages %v)", name, counts)
@@ -500,7 +500,7 @@ func checkWindowStages(t *testing.T, arm string, steps []any) {
 			}
 			switch arm {
 			case "claimflow":
-				for _, name := range []string{"batcher wait", "Update-With-Start round trip", "ReserveSeats (local activity)"} {
+				for _, name := range []string{"batcher wait", "batch update round trip", "ReserveSeats (local activity)"} {
 					if counts[name] == 0 {
 						t.Errorf("%s step %d window %d: %q counted nothing (note %v)", arm, i, k, name, st["note"])
 					}
