@@ -370,9 +370,9 @@ func (b *claimBatcher) sendToDesk(ctx context.Context, k int, in workflows.DeskB
 		}
 		// The desk is there for nearly every batch, so the batch goes as an
 		// update to its run; only when there is none (the first batch, or
-		// after an operator's cancel) does Update-With-Start start it. An
-		// update to a running desk by Update-With-Start took 0.5–2.5 ms
-		// longer (docs/performance.md#what-the-figures-depend-on-change-one-measure-again).
+		// after an operator's cancel) does Update-With-Start start it: to a
+		// running desk it is the slower call
+		// (docs/performance.md#what-the-figures-depend-on-change-one-measure-again).
 		handle, err := b.temporal.UpdateWorkflow(ctx, update)
 		if notFound := (*serviceerror.NotFound)(nil); errors.As(err, &notFound) {
 			handle, err = b.temporal.UpdateWithStartWorkflow(ctx, client.UpdateWithStartWorkflowOptions{

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"go.temporal.io/api/serviceerror"
 	"io"
 	"log/slog"
 	"net/http"
@@ -26,6 +25,7 @@ import (
 // signals to the runs named in failRuns, and answers coupon updates as
 // accepted and then undecided, recording how long each was given.
 type signalTemporal struct {
+	noDeskRunning
 	mu       sync.Mutex
 	signals  []signalled
 	failRuns map[string]bool
@@ -39,11 +39,6 @@ type signalled struct {
 
 func (f *signalTemporal) NewWithStartWorkflowOperation(client.StartWorkflowOptions, any, ...any) client.WithStartWorkflowOperation {
 	return nil
-}
-
-// UpdateWorkflow finds no desk running: a batch goes by Update-With-Start.
-func (f *signalTemporal) UpdateWorkflow(context.Context, client.UpdateWorkflowOptions) (client.WorkflowUpdateHandle, error) {
-	return nil, serviceerror.NewNotFound("signalTemporal: no desk running")
 }
 
 func (f *signalTemporal) UpdateWithStartWorkflow(ctx context.Context, o client.UpdateWithStartWorkflowOptions) (client.WorkflowUpdateHandle, error) {

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"go.temporal.io/api/serviceerror"
 	"io"
 	"log/slog"
 	"net/http"
@@ -24,6 +23,7 @@ import (
 // undecidedTemporal stands for a Temporal whose desks do not decide within
 // the wait. It records the claims of every batch sent to a desk.
 type undecidedTemporal struct {
+	noDeskRunning
 	// refuse: the call fails at once (Temporal did not take the batch).
 	refuse error
 	// block: the call waits until its context ends (then fails) or release
@@ -43,11 +43,6 @@ func (f *undecidedTemporal) NewWithStartWorkflowOperation(client.StartWorkflowOp
 
 func (f *undecidedTemporal) ExecuteWorkflow(context.Context, client.StartWorkflowOptions, any, ...any) (client.WorkflowRun, error) {
 	return nil, errors.New("undecidedTemporal: no runs")
-}
-
-// UpdateWorkflow finds no desk running: a batch goes by Update-With-Start.
-func (f *undecidedTemporal) UpdateWorkflow(context.Context, client.UpdateWorkflowOptions) (client.WorkflowUpdateHandle, error) {
-	return nil, serviceerror.NewNotFound("undecidedTemporal: no desk running")
 }
 
 func (f *undecidedTemporal) UpdateWithStartWorkflow(ctx context.Context, o client.UpdateWithStartWorkflowOptions) (client.WorkflowUpdateHandle, error) {

@@ -37,6 +37,7 @@ const testSecret = "test-secret-test-secret-test-secret!"
 // fakeTemporal answers every decision with a "not found" refusal, after
 // waiting on block when it is set.
 type fakeTemporal struct {
+	noDeskRunning
 	block   chan struct{}
 	entered chan struct{} // receives once per call that reached Temporal, when set
 	// couponRefusal, when set, is the refusal of every coupon decision
@@ -47,17 +48,20 @@ type fakeTemporal struct {
 	signals       int
 }
 
+// noDeskRunning is embedded by the fakes whose desks never run: its
+// UpdateWorkflow is not found, so each batch goes by Update-With-Start.
+type noDeskRunning struct{}
+
+func (noDeskRunning) UpdateWorkflow(context.Context, client.UpdateWorkflowOptions) (client.WorkflowUpdateHandle, error) {
+	return nil, serviceerror.NewNotFound("test: no desk running")
+}
+
 func (f *fakeTemporal) NewWithStartWorkflowOperation(client.StartWorkflowOptions, any, ...any) client.WithStartWorkflowOperation {
 	return nil
 }
 
 func (f *fakeTemporal) ExecuteWorkflow(context.Context, client.StartWorkflowOptions, any, ...any) (client.WorkflowRun, error) {
 	return nil, errors.New("fake Temporal: no runs")
-}
-
-// UpdateWorkflow finds no desk running: a batch goes by Update-With-Start.
-func (f *fakeTemporal) UpdateWorkflow(context.Context, client.UpdateWorkflowOptions) (client.WorkflowUpdateHandle, error) {
-	return nil, serviceerror.NewNotFound("fake Temporal: no desk running")
 }
 
 func (f *fakeTemporal) UpdateWithStartWorkflow(ctx context.Context, o client.UpdateWithStartWorkflowOptions) (client.WorkflowUpdateHandle, error) {
