@@ -108,8 +108,8 @@ var TemporalDynamicConfig = map[string]string{
 	"history.timerProcessorMaxPollRPS":      "200",
 }
 
-// ClaimBatchAttrBytes is the dev stack's CLAIM_BATCH_ATTR_BYTES, within
-// the limit TemporalDynamicConfig raises.
+// ClaimBatchAttrBytes is the dev stack's CLAIM_BATCH_ATTR_BYTES, within the limit
+// TemporalDynamicConfig raises (against 10,000 and 120,000: docs/performance.md).
 const ClaimBatchAttrBytes = 30000
 
 // Stack is the whole system on one machine: Temporal dev server, kfake,
