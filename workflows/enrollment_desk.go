@@ -101,7 +101,6 @@ func EnrollmentDesk(ctx workflow.Context, in EnrollmentDeskInput) error {
 	if discloseWithin <= 0 {
 		discloseWithin = deskDiscloseWithin
 	}
-	clearInherited(ctx)
 	var outcome deskOutcome
 	state := DeskState{Desk: in.Desk}
 	if err := workflow.SetQueryHandler(ctx, QueryStatus, func() (DeskState, error) { return state, nil }); err != nil {
@@ -211,6 +210,7 @@ func EnrollmentDesk(ctx workflow.Context, in EnrollmentDeskInput) error {
 	if cancelled || ctx.Err() != nil {
 		return temporal.NewCanceledError("desk closed by cancel")
 	}
+	keepOutcomeFromNextRun(ctx)
 	return workflow.NewContinueAsNewError(ctx, EnrollmentDesk, in)
 }
 

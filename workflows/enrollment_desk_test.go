@@ -739,19 +739,4 @@ func TestEnrollmentDeskTellsWhatItDecided(t *testing.T) {
 			})
 		}
 	})
-
-	t.Run("a run clears what it continued from its previous run", func(t *testing.T) {
-		f := newBatchFake().withCourse(courseID, 30, 0)
-		env, upserts := newBatchEnv(t, f)
-		require.NoError(t, env.SetTypedSearchAttributesOnStart(temporal.NewSearchAttributes(
-			workflows.SearchClaimStatus.ValueSet("confirmed"), workflows.SearchStudentID.ValueSet([]string{"stu-0"}))))
-		sendDeskBatch(env, deskBatch("b-1", claim("enr-1", courseID, "stu-1")), 0)
-
-		env.ExecuteWorkflow(workflows.EnrollmentDesk, workflows.EnrollmentDeskInput{BatchesPerRun: 1})
-
-		all := upserts.all()
-		require.Len(t, all, 2)
-		assert.Zero(t, all[0].Size(), "the first upsert unsets every key")
-		assert.Equal(t, []string{"stu-1"}, outcomeOf(all[1]).StudentIDs)
-	})
 }

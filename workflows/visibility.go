@@ -183,25 +183,17 @@ func (o *deskOutcome) upsert(ctx workflow.Context) {
 	}
 }
 
-// clearInherited unsets the outcome a run continued from its previous run
-// (continue-as-new carries the search attributes over), so that only the
-// run that decided a claim tells it.
-func clearInherited(ctx workflow.Context) {
-	sa := workflow.GetTypedSearchAttributes(ctx)
-	keys := []temporal.SearchAttributeKey{SearchClaimStatus, SearchStudentID, SearchCourseID, SearchRefusedStudentIDs}
-	inherited := false
-	for _, k := range keys {
-		inherited = inherited || sa.ContainsKey(k)
-	}
-	if !inherited {
-		return
-	}
-	if err := workflow.UpsertTypedSearchAttributes(ctx,
-		SearchClaimStatus.ValueUnset(), SearchStudentID.ValueUnset(),
-		SearchCourseID.ValueUnset(), SearchRefusedStudentIDs.ValueUnset(),
-	); err != nil {
-		workflow.GetLogger(ctx).Warn("clear the search attributes of the previous desk run failed", "error", err)
-	}
+// keepOutcomeFromNextRun keeps the run's outcome out of the run it
+// continues as: the SDK's continue-as-new carries over the search
+// attributes of the run's WorkflowInfo, and a desk's lists, tens of KB,
+// would ride in the next run's start and its visibility record until an
+// upsert unset them, each close costing the batch in flight
+// (docs/performance.md#what-the-figures-depend-on-change-one-measure-again).
+// The closed run keeps its outcome: the server writes its record from its
+// own state, not from the command. The stack test "desk continuing as new
+// every 2 batches" checks both on the real server.
+func keepOutcomeFromNextRun(ctx workflow.Context) {
+	workflow.GetInfo(ctx).SearchAttributes = nil
 }
 
 // upsertClaimStatus mirrors a run's status into ClaimStatus, so operators

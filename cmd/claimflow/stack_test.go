@@ -27,6 +27,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	commonpb "go.temporal.io/api/common/v1"
 	enumspb "go.temporal.io/api/enums/v1"
 	historypb "go.temporal.io/api/history/v1"
 	"go.temporal.io/api/workflowservice/v1"
@@ -583,8 +584,27 @@ func TestIntegration(t *testing.T) {
 		}), "hot-desk-can")
 		// The rush's first claim goes out alone, the rest after it: at
 		// least two batches, so the new desk continued as new at least once.
-		if runs := len(runChain(t, s.Client, workflows.EnrollmentDeskWorkflowID(0))); runs < 2 {
-			t.Errorf("the desk started by the rush has %d run(s): it did not continue as new", runs)
+		chain := runChain(t, s.Client, workflows.EnrollmentDeskWorkflowID(0))
+		if len(chain) < 2 {
+			t.Errorf("the desk started by the rush has %d run(s): it did not continue as new", len(chain))
+		}
+		// A run's outcome stays with it: the run it continues as starts
+		// without its lists (workflows.keepOutcomeFromNextRun).
+		outcomeKeys := []string{workflows.SearchClaimStatus.GetName(), workflows.SearchStudentID.GetName(),
+			workflows.SearchCourseID.GetName(), workflows.SearchRefusedStudentIDs.GetName()}
+		for _, h := range chain {
+			var carried []*commonpb.SearchAttributes
+			carried = append(carried, h.Events[0].GetWorkflowExecutionStartedEventAttributes().GetSearchAttributes())
+			if last := h.Events[len(h.Events)-1]; last.GetEventType() == enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW {
+				carried = append(carried, last.GetWorkflowExecutionContinuedAsNewEventAttributes().GetSearchAttributes())
+			}
+			for _, sa := range carried {
+				for _, k := range outcomeKeys {
+					if _, ok := sa.GetIndexedFields()[k]; ok {
+						t.Errorf("a desk run started or continued with its predecessor's %s", k)
+					}
+				}
+			}
 		}
 	})
 
