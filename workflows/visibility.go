@@ -190,8 +190,9 @@ func (o *deskOutcome) upsert(ctx workflow.Context) {
 // upsert unset them, each close costing the batch in flight
 // (docs/performance.md#what-the-figures-depend-on-change-one-measure-again).
 // The closed run keeps its outcome: the server writes its record from its
-// own state, not from the command. The stack test "desk continuing as new
-// every 2 batches" checks both on the real server.
+// own state, not from the command. On the real server, the stack test "desk
+// continuing as new every 2 batches" checks the next run, and
+// TestRestartLosesNothing finds the closed runs by CourseId.
 func keepOutcomeFromNextRun(ctx workflow.Context) {
 	//lint:ignore SA1019 continue-as-new sends this field; the SDK has no typed way to leave attributes out
 	workflow.GetInfo(ctx).SearchAttributes = nil

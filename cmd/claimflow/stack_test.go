@@ -593,8 +593,7 @@ func TestIntegration(t *testing.T) {
 		outcomeKeys := []string{workflows.SearchClaimStatus.GetName(), workflows.SearchStudentID.GetName(),
 			workflows.SearchCourseID.GetName(), workflows.SearchRefusedStudentIDs.GetName()}
 		for _, h := range chain {
-			var carried []*commonpb.SearchAttributes
-			carried = append(carried, h.Events[0].GetWorkflowExecutionStartedEventAttributes().GetSearchAttributes())
+			carried := []*commonpb.SearchAttributes{h.Events[0].GetWorkflowExecutionStartedEventAttributes().GetSearchAttributes()}
 			if last := h.Events[len(h.Events)-1]; last.GetEventType() == enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW {
 				carried = append(carried, last.GetWorkflowExecutionContinuedAsNewEventAttributes().GetSearchAttributes())
 			}
