@@ -83,15 +83,20 @@ func NewClosingRetries(reg prometheus.Registerer) *prometheus.CounterVec {
 	return c
 }
 
-// workflowClosing tells whether err is the server's "workflow is closing"
-// refusal of an update, alone or as the update's part of a multi-operation
-// (Update-With-Start) error.
+// workflowClosing tells whether err is the server's refusal of an update
+// that its run did not take because it was closing, alone or as the
+// update's part of a multi-operation (Update-With-Start) error: "workflow is
+// closing", or WorkflowNotReady, which the server answers when the
+// workflow task that carried the update failed (a run that continues as
+// new while the update arrives fails its task as UnhandledCommand). Either
+// way the run never accepted the update, and its next task or run takes
+// it when it is sent again.
 func workflowClosing(err error) bool {
 	st, ok := status.FromError(err)
-	if !ok || st.Code() != codes.ResourceExhausted {
+	if !ok {
 		return false
 	}
-	if closingStatus(st) {
+	if refusedUpdate(st) {
 		return true
 	}
 	for _, d := range st.Details() {
@@ -100,8 +105,22 @@ func workflowClosing(err error) bool {
 			continue
 		}
 		for _, op := range multi.GetStatuses() {
-			opSt := status.FromProto(&spb.Status{Code: op.GetCode(), Message: op.GetMessage(), Details: op.GetDetails()})
-			if opSt.Code() == codes.ResourceExhausted && closingStatus(opSt) {
+			if refusedUpdate(status.FromProto(&spb.Status{Code: op.GetCode(), Message: op.GetMessage(), Details: op.GetDetails()})) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// refusedUpdate: a busy workflow because it closes, or one not ready.
+func refusedUpdate(st *status.Status) bool {
+	switch st.Code() {
+	case codes.ResourceExhausted:
+		return closingStatus(st)
+	case codes.FailedPrecondition:
+		for _, d := range st.Details() {
+			if _, ok := d.(*errordetails.WorkflowNotReadyFailure); ok {
 				return true
 			}
 		}

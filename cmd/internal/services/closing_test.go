@@ -29,6 +29,10 @@ var closingErr = &serviceerror.ResourceExhausted{
 	Message: "workflow operation can not be applied because workflow is closing",
 }
 
+// The server's abort of an update whose workflow task failed, as
+// go.temporal.io/server (service/history/workflow/update) builds it.
+var notReady = serviceerror.NewWorkflowNotReady("Unable to perform workflow execution update due to unexpected workflow task failure.")
+
 func TestWorkflowClosingKnowsTheServersRefusal(t *testing.T) {
 	busy := &serviceerror.ResourceExhausted{Cause: enumspb.RESOURCE_EXHAUSTED_CAUSE_BUSY_WORKFLOW,
 		Scope: enumspb.RESOURCE_EXHAUSTED_SCOPE_NAMESPACE, Message: "Workflow is busy."}
@@ -40,6 +44,10 @@ func TestWorkflowClosingKnowsTheServersRefusal(t *testing.T) {
 		{"an update's refusal", serviceerror.ToStatus(closingErr).Err(), true},
 		{"Update-With-Start's: the start aborted, the update refused", serviceerror.ToStatus(serviceerror.NewMultiOperationExecution("Update-with-Start could not be executed.",
 			[]error{serviceerror.NewMultiOperationAborted("Operation was aborted."), closingErr})).Err(), true},
+		{"an update whose workflow task failed as its run closed", serviceerror.ToStatus(notReady).Err(), true},
+		{"Update-With-Start's: the start aborted, the update's task failed", serviceerror.ToStatus(serviceerror.NewMultiOperationExecution("Update-with-Start could not be executed.",
+			[]error{serviceerror.NewMultiOperationAborted("Operation was aborted."), notReady})).Err(), true},
+		{"another failed precondition", serviceerror.ToStatus(serviceerror.NewFailedPrecondition("Namespace is not active.")).Err(), false},
 		{"a busy workflow that is not closing", serviceerror.ToStatus(busy).Err(), false},
 		{"a run that completed (not retryable)", serviceerror.ToStatus(serviceerror.NewNotFound("workflow update was aborted by closing workflow")).Err(), false},
 		{"the server unavailable", serviceerror.ToStatus(serviceerror.NewUnavailable("workflow update was aborted")).Err(), false},
