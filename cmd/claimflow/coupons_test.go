@@ -377,7 +377,9 @@ func TestCoupons(t *testing.T) {
 			t.Fatalf("payout in the answer: %v", payout)
 		}
 		if sim := simPayouts(s, couponID); len(sim) != 1 || sim[0].IdempotencyKey != key || sim[0].Attempts != 1 {
-			t.Fatalf("the payout API paid %+v, want one payout under %s", sim, key)
+			// The counts first: CI keeps the first 400 characters of a failure.
+			logUseRuns(t, s, couponID)
+			t.Fatalf("the payout API paid %d payouts, want one under %s, requested once; paid %+v", len(sim), key, sim)
 		}
 		if n := ledgerRows(t, s, couponID); n != 1 {
 			t.Fatalf("%d ledger rows, want 1", n)

@@ -33,15 +33,17 @@ var updateMethods = map[string]bool{
 // chain, so it sees each attempt of a call. When an update reaches a run
 // that continues as new before it accepted the update (a desk closing to
 // tell what it decided), the server aborts the update with
-// ResourceExhausted, cause BUSY_WORKFLOW, "workflow is closing", and does
-// not retry it itself; the SDK retries it only after its backoff of 400 ms
-// or more, and the batch's claims wait that long. The next run is there as
-// soon as the old one has closed, so this sends the same request again (the
-// same update ID and request ID: the server dedupes it as it would the
-// SDK's retry) after 2, 4, 8, … ms, for up to closingRetryWithin, and only
-// then returns the error to the SDK. retries counts each retried call by
-// method and outcome ("answered": a retry got through; "to_sdk": handed
-// back); nil counts nothing.
+// ResourceExhausted, cause BUSY_WORKFLOW, "workflow is closing", or, when
+// the workflow task that carried it failed, with WorkflowNotReady
+// (workflowClosing), and does not retry it itself. The SDK retries the
+// first only after its backoff of 400 ms or more, and the second not at
+// all, so the batch's claims would wait that long or get a 503. The next
+// run is there as soon as the old one has closed, so this sends the same
+// request again (the same update ID and request ID: the server dedupes it
+// as it would the SDK's retry) after 2, 4, 8, … ms, for up to
+// closingRetryWithin, and only then returns the error to the SDK. retries
+// counts each retried call by method and outcome ("answered": a retry got
+// through; "to_sdk": handed back); nil counts nothing.
 func retryClosingRun(retries *prometheus.CounterVec) grpc.UnaryClientInterceptor {
 	count := func(method, outcome string) {
 		if retries != nil {
