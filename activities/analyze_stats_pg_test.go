@@ -8,8 +8,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-
-	"github.com/claimflow/claimflow/dev/pgtest"
 )
 
 // TestAnalyzeSkipsNotificationPayloads: ANALYZE builds no statistics for
@@ -35,11 +33,7 @@ func TestAnalyzeSkipsNotificationPayloads(t *testing.T) {
 	})
 
 	// ANALYZE needs the table's owner; the superuser is one.
-	su, err := pgx.Connect(ctx, pgtest.SuperuserURL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer su.Close(context.Background())
+	su := superuser(ctx, t)
 	if _, err := su.Exec(ctx, "ANALYZE notifications"); err != nil {
 		t.Fatal(err)
 	}

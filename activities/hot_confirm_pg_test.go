@@ -7,9 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
-	"github.com/claimflow/claimflow/dev/pgtest"
 	"github.com/claimflow/claimflow/workflows"
 )
 
@@ -68,11 +65,7 @@ func TestConfirmIsHOT(t *testing.T) {
 		}
 	}
 
-	su, err := pgx.Connect(ctx, pgtest.SuperuserURL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer su.Close(context.Background())
+	su := superuser(ctx, t)
 	if _, err := su.Exec(ctx, "CREATE EXTENSION IF NOT EXISTS pageinspect"); err != nil {
 		t.Fatal(err)
 	}

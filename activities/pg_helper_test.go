@@ -13,6 +13,7 @@ import (
 	"github.com/IBM/sarama"
 	"github.com/claimflow/claimflow/dev/pgtest"
 	"github.com/claimflow/claimflow/workflows"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.temporal.io/sdk/temporal"
 )
@@ -23,6 +24,19 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 func testDB(t *testing.T) (*pgxpool.Pool, string) { return pgtest.DB(t) }
 
 func sanitize(s string) string { return pgtest.Sanitize(s) }
+
+// superuser connects as the cluster's superuser, for what the runtime role
+// may not do (pageinspect, ANALYZE, LISTEN beside the app); the connection
+// closes when the test ends.
+func superuser(ctx context.Context, t *testing.T) *pgx.Conn {
+	t.Helper()
+	c, err := pgx.Connect(ctx, pgtest.SuperuserURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close(context.Background()) })
+	return c
+}
 
 // testActivities returns Activities on db, with a logger that writes to the
 // test log and a producer that takes every message (for the best-effort

@@ -77,11 +77,7 @@ func TestSettleTriggerIsLinear(t *testing.T) {
 	}
 	defer su.Close()
 
-	listener, err := pgx.Connect(ctx, pgtest.SuperuserURL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer listener.Close(context.Background())
+	listener := superuser(ctx, t)
 	if _, err := listener.Exec(ctx, "LISTEN enrollment_settled"); err != nil {
 		t.Fatal(err)
 	}
