@@ -618,6 +618,7 @@ var composeDefaulted = map[string]string{
 	"OTEL_TRACES_EXPORTER":        composeNoTracing,
 	"TEMPORAL_CLI":                "only 'claimflow dev' runs a Temporal CLI",
 	"TEMPORAL_GRPC_COMPRESSION":   "gzip, the SDK's default, for a Temporal across a network",
+	"KAFKA_LINGER":                "the default, for brokers across a network",
 	"MIGRATE_DATABASE_URL":        "only the migrate service migrates (as the owner); the others never do",
 	"DATABASE_RUNTIME_ROLE":       "read by migrate alone, to grant the runtime role its privileges",
 	"LOG_FORMAT":                  "json, what a log collector reads",

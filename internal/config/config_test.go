@@ -191,6 +191,38 @@ func TestTemporalCompression(t *testing.T) {
 	}
 }
 
+func TestKafkaLinger(t *testing.T) {
+	for _, tc := range []struct {
+		value   string
+		want    time.Duration
+		wantErr string
+	}{
+		{"", time.Millisecond, ""},
+		{"0", 0, ""},
+		{"5ms", 5 * time.Millisecond, ""},
+		{"-1ms", 0, "KAFKA_LINGER must be a duration from 0 to 1s"},
+		{"2s", 0, "KAFKA_LINGER must be a duration from 0 to 1s"},
+		{"soon", 0, "KAFKA_LINGER must be a duration from 0 to 1s, got \"soon\""},
+	} {
+		cfg, err := load(func(name string) (string, bool) {
+			if name == "KAFKA_LINGER" && tc.value != "" {
+				return tc.value, true
+			}
+			return "", false
+		})
+		switch {
+		case tc.wantErr != "":
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("%q: error %v, want %q", tc.value, err, tc.wantErr)
+			}
+		case err != nil:
+			t.Errorf("%q: %v", tc.value, err)
+		case cfg.KafkaLinger != tc.want:
+			t.Errorf("%q: linger %v, want %v", tc.value, cfg.KafkaLinger, tc.want)
+		}
+	}
+}
+
 // TestTokenAndInflightVariables: JWT_MAX_TTL, JWT_ROLE_MAP and
 // MAX_INFLIGHT_CLAIMS_PER_SUBJECT, their defaults and the one-line errors
 // that name the variable.

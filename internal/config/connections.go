@@ -5,6 +5,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/claimflow/claimflow/internal/kafka"
 	"github.com/claimflow/claimflow/internal/tlsfiles"
@@ -19,6 +20,9 @@ var (
 	kafkaTLSVars = tlsfiles.Vars{Enabled: "KAFKA_TLS", CA: "KAFKA_TLS_CA_PATH",
 		Cert: "KAFKA_TLS_CERT_PATH", Key: "KAFKA_TLS_KEY_PATH", ServerName: "KAFKA_TLS_SERVER_NAME"}
 )
+
+// maxKafkaLinger bounds KAFKA_LINGER: every batch's publish waits for it.
+const maxKafkaLinger = time.Second
 
 // tlsFiles reads one connection's TLS variables. TLS is on when its
 // switch says true, or is unset while any file, server name or (extra)
@@ -52,6 +56,9 @@ func loadConnections(e env, c *Config) error {
 	}
 	if c.TemporalAPIKey != "" && !c.TemporalTLS.Enabled {
 		return fmt.Errorf("TEMPORAL_API_KEY is set while TEMPORAL_TLS=false: an API key must not travel in plaintext")
+	}
+	if c.KafkaLinger, err = time.ParseDuration(e.get("KAFKA_LINGER")); err != nil || c.KafkaLinger < 0 || c.KafkaLinger > maxKafkaLinger {
+		return fmt.Errorf("KAFKA_LINGER must be a duration from 0 to %v, got %q", maxKafkaLinger, e.raw("KAFKA_LINGER"))
 	}
 	if c.KafkaTLS, err = tlsFiles(e, kafkaTLSVars); err != nil {
 		return err

@@ -23,7 +23,7 @@ type Setting struct {
 // consumer` run as their own processes need so that they run as the
 // stack's own services would: its addresses, and every setting the stack
 // gives its services in place of the environment's default (the batch
-// size its Temporal server allows, gzip off on loopback, its simulators).
+// size its Temporal server allows, gzip off on loopback, no linger on an in-process broker, its simulators).
 // The JWT secret is named by its file, and left out when the environment
 // gave it; an empty value is left out (its default is what the stack runs
 // without it). MIGRATE_DATABASE_URL, which the services do not use, is
@@ -36,6 +36,7 @@ func (s *Stack) OutsideEnv() []Setting {
 		{Name: "TEMPORAL_ADDRESS", Value: c.TemporalAddress},
 		{Name: "TEMPORAL_UI_URL", Value: cmp.Or(c.TemporalUIURL, config.NoUI)},
 		{Name: "TEMPORAL_GRPC_COMPRESSION", Value: c.TemporalCompression},
+		{Name: "KAFKA_LINGER", Value: c.KafkaLinger.String()},
 		{Name: "CLAIM_BATCH_ATTR_BYTES", Value: strconv.Itoa(c.ClaimBatchAttrBytes)},
 		{Name: "VENDOR_PAYOUT_URL", Value: c.PayoutURL},
 		{Name: "NOTIFY_WEBHOOK_URL", Value: c.NotifyWebhookURL},

@@ -35,7 +35,7 @@ import (
 
 // KafkaConfig is the Kafka client configuration of cfg for clientID.
 func KafkaConfig(cfg config.Config, clientID string) kafka.Config {
-	return kafka.Config{Brokers: cfg.KafkaBrokers, Version: cfg.KafkaVersion, ClientID: clientID, TLS: cfg.KafkaTLS, SASL: cfg.KafkaSASL}
+	return kafka.Config{Brokers: cfg.KafkaBrokers, Version: cfg.KafkaVersion, ClientID: clientID, Linger: cfg.KafkaLinger, TLS: cfg.KafkaTLS, SASL: cfg.KafkaSASL}
 }
 
 // OpenDB opens a pool of at most maxConns connections to cfg.DatabaseURL

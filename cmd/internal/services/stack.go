@@ -272,6 +272,10 @@ func StartStack(ctx context.Context, base config.Config, log *slog.Logger, o Sta
 			return s, err
 		}
 		s.Config.KafkaBrokers = s.Kafka.Brokers
+		// An in-process broker answers a request in about 0.3 ms: a
+		// linger only adds its wait (`burst --rate 20`, 3 pairs: p50 13.0
+		// (11.7–14.7) ms without, 15.3 (14.9–15.7) with 1 ms).
+		s.Config.KafkaLinger = 0
 	}
 
 	// Once per stack, as the owner: the one-shot migration of compose
