@@ -30,9 +30,8 @@ const (
 	// sends a batch's first events alone and the rest behind them, one
 	// request in flight a broker (the idempotent producer's rule): on three
 	// Apache Kafka brokers at RF 3, 42 events took 16 requests (p50 8.3
-	// ms), with 1 ms of linger 3 (4.0 ms). The production shape at 2,000/s
-	// answered at p50 203 (163–220) ms against 436 (293–514), its brokers
-	// at 26 % of two cores against 33 (docs/performance.md#the-production-shape).
+	// ms), with 1 ms of linger 3 (4.0 ms). The production shape's figures
+	// with and without it: docs/performance.md#the-production-shape.
 	DefaultKafkaLinger = "1ms"
 	// DefaultClaimBatchMax bounds the claims of one batch.
 	DefaultClaimBatchMax = 500
