@@ -163,91 +163,41 @@ func TestDatabaseRoles(t *testing.T) {
 	}
 }
 
-func TestTemporalCompression(t *testing.T) {
-	for _, tc := range []struct {
-		value, want, wantErr string
-	}{
-		{"", "gzip", ""},
-		{"gzip", "gzip", ""},
-		{"none", "none", ""},
-		{"zstd", "", "TEMPORAL_GRPC_COMPRESSION must be gzip or none"},
-	} {
-		cfg, err := load(func(name string) (string, bool) {
-			if name == "TEMPORAL_GRPC_COMPRESSION" && tc.value != "" {
-				return tc.value, true
-			}
-			return "", false
-		})
-		switch {
-		case tc.wantErr != "":
-			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-				t.Errorf("%q: error %v, want %q", tc.value, err, tc.wantErr)
-			}
-		case err != nil:
-			t.Errorf("%q: %v", tc.value, err)
-		case cfg.TemporalCompression != tc.want:
-			t.Errorf("%q: compression %q, want %q", tc.value, cfg.TemporalCompression, tc.want)
-		}
-	}
-}
-
-func TestKafkaLinger(t *testing.T) {
-	for _, tc := range []struct {
-		value   string
-		want    time.Duration
-		wantErr string
-	}{
-		{"", time.Millisecond, ""},
-		{"0", 0, ""},
-		{"5ms", 5 * time.Millisecond, ""},
-		{"-1ms", 0, "KAFKA_LINGER must be a duration from 0 to 1s"},
-		{"2s", 0, "KAFKA_LINGER must be a duration from 0 to 1s"},
-		{"soon", 0, "KAFKA_LINGER must be a duration from 0 to 1s, got \"soon\""},
-	} {
-		cfg, err := load(func(name string) (string, bool) {
-			if name == "KAFKA_LINGER" && tc.value != "" {
-				return tc.value, true
-			}
-			return "", false
-		})
-		switch {
-		case tc.wantErr != "":
-			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-				t.Errorf("%q: error %v, want %q", tc.value, err, tc.wantErr)
-			}
-		case err != nil:
-			t.Errorf("%q: %v", tc.value, err)
-		case cfg.KafkaLinger != tc.want:
-			t.Errorf("%q: linger %v, want %v", tc.value, cfg.KafkaLinger, tc.want)
-		}
-	}
-}
-
-// TestTokenAndInflightVariables: JWT_MAX_TTL, JWT_ROLE_MAP and
-// MAX_INFLIGHT_CLAIMS_PER_SUBJECT, their defaults and the one-line errors
-// that name the variable.
-func TestTokenAndInflightVariables(t *testing.T) {
+// TestOneVariable: TEMPORAL_GRPC_COMPRESSION, KAFKA_LINGER, JWT_MAX_TTL,
+// JWT_ROLE_MAP and MAX_INFLIGHT_CLAIMS_PER_SUBJECT, their defaults and the
+// one-line errors that name the variable.
+func TestOneVariable(t *testing.T) {
 	for _, tc := range []struct {
 		name, value string
 		wantErr     string // "": loads
-		check       func(Security) bool
+		check       func(Config) bool
 	}{
-		{"JWT_MAX_TTL", "", "", func(s Security) bool { return s.MaxTTL == 24*time.Hour }},
-		{"JWT_MAX_TTL", "8h", "", func(s Security) bool { return s.MaxTTL == 8*time.Hour }},
+		{"TEMPORAL_GRPC_COMPRESSION", "", "", func(c Config) bool { return c.TemporalCompression == "gzip" }},
+		{"TEMPORAL_GRPC_COMPRESSION", "gzip", "", func(c Config) bool { return c.TemporalCompression == "gzip" }},
+		{"TEMPORAL_GRPC_COMPRESSION", "none", "", func(c Config) bool { return c.TemporalCompression == "none" }},
+		{"TEMPORAL_GRPC_COMPRESSION", "zstd", "TEMPORAL_GRPC_COMPRESSION must be gzip or none", nil},
+		{"KAFKA_LINGER", "", "", func(c Config) bool { return c.KafkaLinger == time.Millisecond }},
+		{"KAFKA_LINGER", "0", "", func(c Config) bool { return c.KafkaLinger == 0 }},
+		{"KAFKA_LINGER", "5ms", "", func(c Config) bool { return c.KafkaLinger == 5*time.Millisecond }},
+		{"KAFKA_LINGER", "-1ms", "KAFKA_LINGER must be a duration from 0 to 1s", nil},
+		{"KAFKA_LINGER", "2s", "KAFKA_LINGER must be a duration from 0 to 1s", nil},
+		{"KAFKA_LINGER", "soon", `KAFKA_LINGER must be a duration from 0 to 1s, got "soon"`, nil},
+		{"JWT_MAX_TTL", "", "", func(c Config) bool { return c.Security.MaxTTL == 24*time.Hour }},
+		{"JWT_MAX_TTL", "8h", "", func(c Config) bool { return c.Security.MaxTTL == 8*time.Hour }},
 		{"JWT_MAX_TTL", "0", "JWT_MAX_TTL", nil},
 		{"JWT_MAX_TTL", "-1h", "JWT_MAX_TTL", nil},
 		{"JWT_MAX_TTL", "forever", "JWT_MAX_TTL", nil},
-		{"MAX_INFLIGHT_CLAIMS_PER_SUBJECT", "", "", func(s Security) bool { return s.MaxInflightPerSubject == 64 }},
-		{"MAX_INFLIGHT_CLAIMS_PER_SUBJECT", "0", "", func(s Security) bool { return s.MaxInflightPerSubject == 0 }},
-		{"MAX_INFLIGHT_CLAIMS_PER_SUBJECT", "5", "", func(s Security) bool { return s.MaxInflightPerSubject == 5 }},
+		{"MAX_INFLIGHT_CLAIMS_PER_SUBJECT", "", "", func(c Config) bool { return c.Security.MaxInflightPerSubject == 64 }},
+		{"MAX_INFLIGHT_CLAIMS_PER_SUBJECT", "0", "", func(c Config) bool { return c.Security.MaxInflightPerSubject == 0 }},
+		{"MAX_INFLIGHT_CLAIMS_PER_SUBJECT", "5", "", func(c Config) bool { return c.Security.MaxInflightPerSubject == 5 }},
 		{"MAX_INFLIGHT_CLAIMS_PER_SUBJECT", "-1", "MAX_INFLIGHT_CLAIMS_PER_SUBJECT", nil},
 		{"MAX_INFLIGHT_CLAIMS_PER_SUBJECT", "many", "MAX_INFLIGHT_CLAIMS_PER_SUBJECT", nil},
-		{"JWT_ROLE_MAP", "", "", func(s Security) bool { return len(s.RoleMap) == 0 }},
-		{"JWT_ROLE_MAP", "registrar=admin,Admin=admin", "", func(s Security) bool {
-			return len(s.RoleMap) == 2 && s.RoleMap["registrar"] == "admin" && s.RoleMap["Admin"] == "admin"
+		{"JWT_ROLE_MAP", "", "", func(c Config) bool { return len(c.Security.RoleMap) == 0 }},
+		{"JWT_ROLE_MAP", "registrar=admin,Admin=admin", "", func(c Config) bool {
+			return len(c.Security.RoleMap) == 2 && c.Security.RoleMap["registrar"] == "admin" && c.Security.RoleMap["Admin"] == "admin"
 		}},
-		{"JWT_ROLE_MAP", " user = student , shop=vendor ,", "", func(s Security) bool {
-			return len(s.RoleMap) == 2 && s.RoleMap["user"] == "student" && s.RoleMap["shop"] == "vendor"
+		{"JWT_ROLE_MAP", " user = student , shop=vendor ,", "", func(c Config) bool {
+			return len(c.Security.RoleMap) == 2 && c.Security.RoleMap["user"] == "student" && c.Security.RoleMap["shop"] == "vendor"
 		}},
 		{"JWT_ROLE_MAP", "registrar=root", `JWT_ROLE_MAP: "registrar=root" maps "registrar" to "root"`, nil},
 		{"JWT_ROLE_MAP", "registrar=Admin", "JWT_ROLE_MAP", nil},
@@ -269,8 +219,8 @@ func TestTokenAndInflightVariables(t *testing.T) {
 				}
 				return
 			}
-			if err != nil || !tc.check(cfg.Security) {
-				t.Fatalf("%+v %v", cfg.Security, err)
+			if err != nil || !tc.check(cfg) {
+				t.Fatalf("%+v %v", cfg, err)
 			}
 		})
 	}
