@@ -86,7 +86,9 @@ func loadEnv() (benchEnv, error) {
 }
 
 func (e benchEnv) kafkaConfig(clientID string) kafka.Config {
-	return kafka.Config{Brokers: e.KafkaBrokers, Version: e.KafkaVersion, ClientID: clientID, Linger: e.cfg.KafkaLinger, TLS: e.cfg.KafkaTLS, SASL: e.cfg.KafkaSASL}
+	k := e.cfg.Kafka(clientID)
+	k.Brokers, k.Version = e.KafkaBrokers, e.KafkaVersion
+	return k
 }
 
 func dialTemporal(ctx context.Context, e benchEnv, log *slog.Logger) (client.Client, error) {

@@ -41,7 +41,7 @@ func runAudit(ctx context.Context, cfg appconfig.Config, log *slog.Logger, args 
 		return err
 	}
 	defer pool.Close()
-	in := audit.Input{Kafka: services.KafkaConfig(cfg, "claimflow-audit"), Topics: appconfig.SplitList(*topics), Group: *group, DB: pool, Show: *show,
+	in := audit.Input{Kafka: cfg.Kafka("claimflow-audit"), Topics: appconfig.SplitList(*topics), Group: *group, DB: pool, Show: *show,
 		Namespace: cfg.Namespace, RecoveryBound: cfg.RecoveryBound()}
 	if *ledger != "" {
 		in.Webhook = audit.WebhookLedger(*ledger)

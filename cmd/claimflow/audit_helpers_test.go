@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/claimflow/claimflow/cmd/internal/services"
 	"github.com/claimflow/claimflow/internal/kafka"
 
 	"github.com/claimflow/claimflow/dev/audit"
@@ -41,7 +40,7 @@ func waitCaughtUp(t *testing.T, s *stack, topic, group string, timeout time.Dura
 	if err != nil {
 		t.Fatalf("partitions of %s: %v", topic, err)
 	}
-	kcfg := services.KafkaConfig(s.Config, "claimflow-test")
+	kcfg := s.Config.Kafka("claimflow-test")
 	var last time.Time
 	waitFor(t, timeout, "group "+group+" to commit all of "+topic, func() bool {
 		// An admin round trip per look: a few looks a second are plenty.
@@ -94,7 +93,7 @@ type enrollmentCopies struct {
 // the events of the given courses.
 func readEnrollmentCopies(t *testing.T, s *stack, topic string, courses []string) enrollmentCopies {
 	t.Helper()
-	copies, missing, err := audit.ReadCopies(context.Background(), services.KafkaConfig(s.Config, "claimflow-test"), []string{topic})
+	copies, missing, err := audit.ReadCopies(context.Background(), s.Config.Kafka("claimflow-test"), []string{topic})
 	if err != nil || len(missing) > 0 {
 		t.Fatalf("read %s: %v (missing %v)", topic, err, missing)
 	}

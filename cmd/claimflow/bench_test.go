@@ -66,7 +66,7 @@ func TestBenchQuick(t *testing.T) {
 		return bench.Options{
 			Scenario: sc, Courses: 5, Seats: 40, Students: 1_000_000,
 			Timeout: 60 * time.Second, MaxRetries: 3, DrainTimeout: time.Minute,
-			DB: pool, PeerDB: peerPool, Kafka: services.KafkaConfig(s.Config, "claimflow-bench"),
+			DB: pool, PeerDB: peerPool, Kafka: s.Config.Kafka("claimflow-bench"),
 			Progress: testWriter{t}, ProgressEvery: progress, Log: log,
 		}
 	}
@@ -194,7 +194,7 @@ func TestBenchQuick(t *testing.T) {
 		// claimflow-bench capacity --quick: 25/s, +25/s every 4 s up to
 		// 100/s, judged over 2 s windows, both arms.
 		o := bench.QuickCapacity()
-		o.DB, o.PeerDB, o.Kafka, o.Progress, o.Log = pool, peerPool, services.KafkaConfig(s.Config, "claimflow-bench"), testWriter{t}, log
+		o.DB, o.PeerDB, o.Kafka, o.Progress, o.Log = pool, peerPool, s.Config.Kafka("claimflow-bench"), testWriter{t}, log
 		c, err := bench.RunCapacity(runCtx(t), o, arm)
 		if err != nil {
 			t.Fatal(err)

@@ -23,7 +23,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/claimflow/claimflow/cmd/internal/services"
 	"github.com/claimflow/claimflow/internal/kafka"
 
 	"github.com/claimflow/claimflow/dev/audit"
@@ -39,7 +38,7 @@ import (
 func consumerTopic(t *testing.T, s *stack, name string, partitions int32) string {
 	t.Helper()
 	topic := fmt.Sprintf("test.%s.%d", name, time.Now().UnixNano())
-	err := kafka.EnsureTopics(context.Background(), services.KafkaConfig(s.Config, "claimflow-test"), []kafka.Topic{
+	err := kafka.EnsureTopics(context.Background(), s.Config.Kafka("claimflow-test"), []kafka.Topic{
 		{Name: topic, Partitions: partitions, Replicas: 1},
 		{Name: topic + ".DLT", Partitions: 1, Replicas: 1},
 	})
@@ -71,7 +70,7 @@ func testEvents(prefix string, n, keys int) []workflows.Message {
 // them: key, JSON envelope, event_id and type headers.
 func produce(t *testing.T, s *stack, topic string, events []workflows.Message) {
 	t.Helper()
-	unsigned, err := kafka.NewProducer(services.KafkaConfig(s.Config, "claimflow-test-producer"))
+	unsigned, err := kafka.NewProducer(s.Config.Kafka("claimflow-test-producer"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -225,7 +224,7 @@ func notificationRows(t *testing.T, s *stack, topic string) []row {
 // nothing to Temporal while they check this).
 func checkCommittedAreDurable(t *testing.T, s *stack, topic, group string) (committedTotal int) {
 	t.Helper()
-	records, _, err := kafka.ReadTopics(context.Background(), services.KafkaConfig(s.Config, "claimflow-test"), []string{topic})
+	records, _, err := kafka.ReadTopics(context.Background(), s.Config.Kafka("claimflow-test"), []string{topic})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -235,7 +234,7 @@ func checkCommittedAreDurable(t *testing.T, s *stack, topic, group string) (comm
 			parts[topic] = append(parts[topic], r.Partition)
 		}
 	}
-	committed, err := kafka.CommittedOffsets(services.KafkaConfig(s.Config, "claimflow-test"), group, parts)
+	committed, err := kafka.CommittedOffsets(s.Config.Kafka("claimflow-test"), group, parts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -258,7 +257,7 @@ func checkCommittedAreDurable(t *testing.T, s *stack, topic, group string) (comm
 // the stack runs the simulator, against its ledger of webhook deliveries.
 func runAuditFor(t *testing.T, s *stack, topic, group string) audit.Report {
 	t.Helper()
-	in := audit.Input{Kafka: services.KafkaConfig(s.Config, "claimflow-audit"), Topics: []string{topic},
+	in := audit.Input{Kafka: s.Config.Kafka("claimflow-audit"), Topics: []string{topic},
 		Group: group, DB: s.Pool, Temporal: s.Client, Show: 10}
 	if s.Notify != nil {
 		in.Webhook = func(_ context.Context, topics []string) ([]notifysim.Delivery, error) {
@@ -741,7 +740,7 @@ func TestConsumerRefusesForgedEvents(t *testing.T) {
 	genuine := workflows.EventID(e["id"].(string), workflows.EventEnrollmentConfirmed)
 	before := s.Consumer.Consumer.Stats().Rejected
 
-	p, err := kafka.NewProducer(services.KafkaConfig(s.Config, "mallory"))
+	p, err := kafka.NewProducer(s.Config.Kafka("mallory"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -35,8 +35,7 @@ func TestSecureListener(t *testing.T) {
 	if !c.KafkaTLS.Enabled {
 		t.Fatal("KAFKA_TLS is off: the secure listener takes only TLS")
 	}
-	cfg := cfkafka.Config{Brokers: c.KafkaBrokers, Version: c.KafkaVersion, ClientID: "claimflow-secure-test",
-		TLS: c.KafkaTLS, SASL: c.KafkaSASL}
+	cfg := c.Kafka("claimflow-secure-test")
 
 	t.Run("produce and read back", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)

@@ -21,6 +21,11 @@ var (
 		Cert: "KAFKA_TLS_CERT_PATH", Key: "KAFKA_TLS_KEY_PATH", ServerName: "KAFKA_TLS_SERVER_NAME"}
 )
 
+// Kafka is the Kafka client configuration of c for clientID.
+func (c Config) Kafka(clientID string) kafka.Config {
+	return kafka.Config{Brokers: c.KafkaBrokers, Version: c.KafkaVersion, ClientID: clientID, Linger: c.KafkaLinger, TLS: c.KafkaTLS, SASL: c.KafkaSASL}
+}
+
 // maxKafkaLinger bounds KAFKA_LINGER: every batch's publish waits for it.
 const maxKafkaLinger = time.Second
 

@@ -34,7 +34,7 @@ func StartConsumer(cfg config.Config, log *slog.Logger, pool *pgxpool.Pool, tc c
 	}
 	c, err := consumer.New(consumer.Config{
 		EventKey: []byte(cfg.EventSigningKey),
-		Kafka:    KafkaConfig(cfg, "claimflow-consumer"),
+		Kafka:    cfg.Kafka("claimflow-consumer"),
 		Group:    cfg.ConsumerGroup,
 		Topics:   cfg.ConsumerTopics,
 		Sink:     NotifySink(cfg, pool),

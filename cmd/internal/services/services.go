@@ -33,11 +33,6 @@ import (
 	"github.com/exaring/otelpgx"
 )
 
-// KafkaConfig is the Kafka client configuration of cfg for clientID.
-func KafkaConfig(cfg config.Config, clientID string) kafka.Config {
-	return kafka.Config{Brokers: cfg.KafkaBrokers, Version: cfg.KafkaVersion, ClientID: clientID, Linger: cfg.KafkaLinger, TLS: cfg.KafkaTLS, SASL: cfg.KafkaSASL}
-}
-
 // OpenDB opens a pool of at most maxConns connections to cfg.DatabaseURL
 // and checks that it answers (store.Open).
 func OpenDB(ctx context.Context, cfg config.Config, maxConns int32) (*pgxpool.Pool, error) {
@@ -129,7 +124,7 @@ func StartAPI(cfg config.Config, log *slog.Logger, pool *pgxpool.Pool, tc client
 				return err
 			},
 			"kafka": func(ctx context.Context) error {
-				return kafka.Ping(ctx, KafkaConfig(cfg, "claimflow-readyz"))
+				return kafka.Ping(ctx, cfg.Kafka("claimflow-readyz"))
 			},
 		},
 	})
@@ -210,7 +205,7 @@ func StartWorker(cfg config.Config, log *slog.Logger, pool *pgxpool.Pool, tc cli
 	if err := cfg.RequireEventKey("the worker"); err != nil {
 		return nil, err
 	}
-	unsigned, err := kafka.NewProducer(KafkaConfig(cfg, "claimflow-worker"))
+	unsigned, err := kafka.NewProducer(cfg.Kafka("claimflow-worker"))
 	if err != nil {
 		return nil, err
 	}
@@ -297,7 +292,7 @@ func checkKafkaSecurity(ctx context.Context, cfg config.Config, log *slog.Logger
 	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	err := kafka.Ping(ctx, KafkaConfig(cfg, "claimflow-api"))
+	err := kafka.Ping(ctx, cfg.Kafka("claimflow-api"))
 	if kafka.IsAuthError(err) {
 		return err
 	}

@@ -258,7 +258,7 @@ func StartStack(ctx context.Context, base config.Config, log *slog.Logger, o Sta
 	if len(o.KafkaBrokers) > 0 {
 		s.Config.KafkaBrokers = o.KafkaBrokers
 		fmt.Fprintf(progress, "using Kafka at %v...\n", o.KafkaBrokers)
-		if err := kafka.EnsureTopics(ctx, KafkaConfig(s.Config, "claimflow-dev"), kafka.AllTopics(o.KafkaReplicas)); err != nil {
+		if err := kafka.EnsureTopics(ctx, s.Config.Kafka("claimflow-dev"), kafka.AllTopics(o.KafkaReplicas)); err != nil {
 			return s, err
 		}
 	} else {
