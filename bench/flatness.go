@@ -94,10 +94,16 @@ func flatness(samples []Sample, run LatencySummary, rows []GrowthRow, holdFrom, 
 	return f
 }
 
+// Flat is the target's check: the last 30 s p95 within 20 % of the base
+// window's, and p99 at most 3 × p50.
+func (f *Flatness) Flat() bool {
+	return f.Ratio >= 0.8 && f.Ratio <= 1.2 && f.P99OverP50 <= 3
+}
+
 // writeFlatness prints the check under the growth table.
 func writeFlatness(w io.Writer, f *Flatness) {
 	verdict := "not flat"
-	if f.Ratio >= 0.8 && f.Ratio <= 1.2 && f.P99OverP50 <= 3 {
+	if f.Flat() {
 		verdict = "flat"
 	}
 	fmt.Fprintf(w, "  flatness: p95 %.1f ms over the hold's last 30 s (from %.0f s) ÷ %.1f ms over 30–60 s after the ramp (from %.0f s) = %.2f (within 0.8–1.2); p99 ÷ p50 %.2f (≤ 3): %s\n",

@@ -9,6 +9,7 @@
 //	claimflow-bench capacity  a stepped arrival rate against both arms until each breaks its objective
 //	claimflow-bench floor     the rate of an empty workflow on the same Temporal server
 //	claimflow-bench disk      how long a durable write takes on the data dir's disk
+//	claimflow-bench sitting   the targets of docs/performance.md, 3 runs each on fresh 'claimflow dev' stacks
 package main
 
 import (
@@ -33,7 +34,7 @@ import (
 	"github.com/claimflow/claimflow/worker"
 )
 
-const usage = `usage: claimflow-bench <burst|peer|compare|capacity|floor|disk|reads> [flags]
+const usage = `usage: claimflow-bench <burst|peer|compare|capacity|floor|disk|reads|sitting> [flags]
 
   burst     the user's k6 scenario against a running claimflow API (--target),
             then stage latencies from Postgres and an exactly-once audit of Kafka
@@ -48,6 +49,9 @@ const usage = `usage: claimflow-bench <burst|peer|compare|capacity|floor|disk|re
             200 a second for 2 minutes; how long the flushes took
   reads     seed 100,000 enrollments, then students read their own lists
             with their own tokens at 500/s: p50/p95 and the answers
+  sitting   docs/performance.md's targets again: each target's command
+            --rounds times (3), each run on a fresh 'claimflow dev' it
+            starts; medians and ranges beside the goals (about 55 min)
 
 Defaults are the user's scenario (0→2000/s over 30s, hold 3m20s, down over 10s,
 each VU enrolls then sleeps 1s); --quick is a 5 s run at 50/s for CI.
@@ -89,6 +93,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	case "disk":
 		// The file system alone: no stack, no environment.
 		return runDisk(ctx, args[1:], stdout, stderr)
+	case "sitting":
+		// Starts a 'claimflow dev' for each run, and runs the others.
+		return runSitting(ctx, args[1:], stdout, stderr)
 	case "burst", "peer", "compare", "capacity", "floor", "reads":
 	default:
 		fmt.Fprintf(stderr, "claimflow-bench: unknown command %q\n\n", args[0])
