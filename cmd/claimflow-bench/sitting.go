@@ -116,7 +116,7 @@ func runSitting(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			return fmt.Errorf("build claimflow from ./cmd/claimflow (run from the checkout, or pass --claimflow): %w", err)
 		}
 	}
-	fmt.Fprintf(stderr, "sitting: %d rounds of %d targets, each run on a fresh 'claimflow dev'; logs and JSON in %s\n", r.rounds, len(r.targets), r.out)
+	fmt.Fprintf(stderr, "sitting: rounds %d, targets %d, each run on a fresh 'claimflow dev'; logs and JSON in %s\n", r.rounds, len(r.targets), r.out)
 	results := map[string][]sittingFigures{}
 	var failed []string
 	for round := 1; round <= r.rounds; round++ {
@@ -198,19 +198,23 @@ func startDev(ctx context.Context, bin, data, logPath string) (*devProcess, erro
 	cmd.Stderr = log
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
+		_ = log.Close()
 		return nil, err
 	}
 	if err := cmd.Start(); err != nil {
+		_ = log.Close()
 		return nil, fmt.Errorf("start %s dev: %w", bin, err)
 	}
 	d := &devProcess{cmd: cmd, exited: make(chan struct{})}
 	ready := make(chan struct{})
 	go func() {
+		unready := ready // closed at the first ready line, then nil
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
 			fmt.Fprintln(log, sc.Text())
-			if strings.HasPrefix(sc.Text(), "claimflow ready:") {
-				close(ready)
+			if strings.HasPrefix(sc.Text(), "claimflow ready:") && unready != nil {
+				close(unready)
+				unready = nil
 			}
 		}
 		_ = cmd.Wait()
