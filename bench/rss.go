@@ -80,6 +80,15 @@ func (s *rssSampler) Stop() *float64 {
 	return &mb
 }
 
+// RSSMiB returns VmRSS of pid in MiB (Linux only).
+func RSSMiB(pid int) (float64, error) {
+	kb, err := readRSS(pid)
+	if err != nil {
+		return 0, err
+	}
+	return round3(float64(kb) / 1024), nil
+}
+
 // readRSS returns VmRSS of pid in kB.
 func readRSS(pid int) (int64, error) {
 	fs, err := procfs.NewFS(procFS)

@@ -51,7 +51,8 @@ const usage = `usage: claimflow-bench <burst|peer|compare|capacity|floor|disk|re
             with their own tokens at 500/s: p50/p95 and the answers
   sitting   docs/performance.md's targets again: each target's command
             --rounds times (3), each run on a fresh 'claimflow dev' it
-            starts; medians and ranges beside the goals (about 45 min)
+            starts; medians and ranges beside the goals (about 90 min,
+            45 without the ten-minute idle runs: --targets 2000,20,full,capacity)
 
 Defaults are the user's scenario (0→2000/s over 30s, hold 3m20s, down over 10s,
 each VU enrolls then sleeps 1s); --quick is a 5 s run at 50/s for CI.

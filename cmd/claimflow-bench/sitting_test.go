@@ -75,6 +75,9 @@ func TestSittingJudgesByTheMedian(t *testing.T) {
 		{"capacity at 2.0, none under 1.5", "capacity", []sittingFigures{ratio(2.0), ratio(1.5), ratio(2.6)}, true},
 		{"capacity, one run under 1.5", "capacity", []sittingFigures{ratio(2.0), ratio(1.43), ratio(2.6)}, false},
 		{"capacity, median under 2", "capacity", []sittingFigures{ratio(1.86), ratio(1.67), ratio(2.8)}, false},
+		{"idle, every run under the goal", "idle", []sittingFigures{{idleRSSMiB: 127}, {idleRSSMiB: 256}, {idleRSSMiB: 130}}, true},
+		{"idle, one run over it", "idle", []sittingFigures{{idleRSSMiB: 127}, {idleRSSMiB: 257}, {idleRSSMiB: 130}}, false},
+		{"idle, one run unread", "idle", []sittingFigures{{idleRSSMiB: 127}, {}, {idleRSSMiB: 130}}, false},
 		{"no runs", "2000", nil, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -108,14 +111,18 @@ func TestSittingTable(t *testing.T) {
 		"20":       {{p50: 9.6, p95: 12.8, p99: 20, busy: 0.14, rssMiB: 180, auditOK: true}, {p50: 10.2, p95: 14, p99: 22, busy: 0.15, rssMiB: 190, auditOK: true}, {p50: 10.0, p95: 13.7, p99: 21, busy: 0.14, rssMiB: 185, auditOK: true}},
 		"full":     {{p50: 30, p95: 58, p99: 80, busy: 0.75, rssMiB: 260, auditOK: true, flat: &yes}},
 		"capacity": {{cf: 3500, peer: 1750, ratio: 2}},
+		"idle":     {{p50: 30, p95: 60, p99: 90, rssMiB: 400, idleRSSMiB: 127, auditOK: true}, {p50: 30, p95: 60, p99: 90, rssMiB: 410, idleRSSMiB: 131, auditOK: true}},
 	}
-	targets := []sittingTarget{sittingTargets[1], sittingTargets[2], sittingTargets[3]}
+	targets := []sittingTarget{sittingTargets[1], sittingTargets[2], sittingTargets[3], sittingTargets[4]}
 	var b strings.Builder
 	writeSitting(&b, targets, results, false)
 	for _, want := range []string{
 		"20/s (burst --rate 20 --ramp 10s --hold 30s --rampdown 5s), goal p50 ≤ 10 ms; runs: 3\n  p50 / p95 / p99: 10.0 (9.6–10.2) / 13.7 (12.8–14.0) / 21.0 (20.0–22.0) ms; busy 14.0 (14.0–15.0) %, steal at most 0.0 %\n  audits clean: 3 of 3\n  met: yes\n",
 		"audits clean: 1 of 1; flat: 1 of 1\n  met: yes\n",
 		"capacity (capacity), goal ≥ 2.0×, no run under 1.5; runs: 1\n  claimflow 3500/s, peer 1750/s, ratio 2.00\n  met: yes\n",
+		"idle RSS after 1 M events (burst --rate 2000 --ramp 10s --hold 560s --rampdown 5s --seats 20000 --students 2000000), goal ≤ 256 MiB; runs: 2\n",
+		"  idle RSS 3m0s after the command, the dev process: 129 (127–131) MiB\n  met: yes\n",
+		// The idle runs' ten-minute peaks are not the peak RSS row's.
 		"goal ≤ 256 MiB: 188 (180–260) MiB; met: no\n",
 	} {
 		if !strings.Contains(b.String(), want) {
@@ -125,7 +132,7 @@ func TestSittingTable(t *testing.T) {
 	b.Reset()
 	writeSitting(&b, targets, results, true)
 	if strings.Contains(b.String(), "met: yes") || strings.Contains(b.String(), "met: no\n") ||
-		!strings.Contains(b.String(), "20/s (burst --quick)") {
+		!strings.Contains(b.String(), "20/s (burst --quick)") || !strings.Contains(b.String(), "idle RSS 5s after the command") {
 		t.Errorf("a --quick sitting is judged, or names the targets' commands:\n%s", b.String())
 	}
 }
