@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -100,6 +102,13 @@ type GrowthRow struct {
 	// MachineStealShare is the part of the machine's CPU time the virtual
 	// machine's host took: it comes in bursts that slow every stage at once.
 	MachineStealShare *float64 `json:"machine_steal_share"`
+	// RefaultMiB is the file pages the machine read back in the interval
+	// after its kernel had dropped them from the page cache
+	// (/proc/vmstat's workingset_refault_file): a file read that went to
+	// the disk for data the machine once held. DiskReadMiB is all it read
+	// from its disks (pgpgin). Both count the whole machine.
+	RefaultMiB  *float64 `json:"refault_mib"`
+	DiskReadMiB *float64 `json:"disk_read_mib"`
 	// CPU is each part's CPU over the interval.
 	CPU []CPURow `json:"cpu,omitempty"`
 }
@@ -109,6 +118,7 @@ type growthReading struct {
 	reading
 	temporalDB, temporalWAL, kafkaDir                 *int64
 	tables, indexes, dead, ckpt, autovac, autoanalyze *int64
+	vm                                                map[string]int64 // /proc/vmstat; nil if unreadable
 }
 
 // growthProbe reads every interval from the run's start until stop.
@@ -140,6 +150,7 @@ func startGrowthProbe(ctx context.Context, interval time.Duration, dataDir strin
 			r := growthReading{reading: takeReading(ctx, c, urls, roots, start)}
 			r.sizes(dataDir)
 			r.postgres(ctx, db, checkpointer)
+			r.vm = readVMStat("/proc/vmstat")
 			p.mu.Lock()
 			p.readings = append(p.readings, r)
 			p.mu.Unlock()
@@ -261,6 +272,8 @@ func (p *growthProbe) result(samples []Sample, run LatencySummary, holdFrom, hol
 			row.MachineStealShare = machineSteal(a.cpu, b.cpu)
 			row.CPU = cpuRows(a.cpu, b.cpu, (b.at - a.at).Seconds(), runtime.NumCPU())
 		}
+		row.RefaultMiB = vmDelta(a.vm, b.vm, "workingset_refault_file", float64(os.Getpagesize())/(1<<20))
+		row.DiskReadMiB = vmDelta(a.vm, b.vm, "pgpgin", 1.0/1024) // pgpgin counts KiB
 		g.Rows = append(g.Rows, row)
 	}
 	if n := len(p.readings); n > 0 {
@@ -297,6 +310,34 @@ func cpuPerAnswer(rows []GrowthRow, from, to float64) map[string]float64 {
 	return out
 }
 
+// readVMStat reads the kernel's memory counters (name value per line), or
+// nil when there are none (not Linux).
+func readVMStat(path string) map[string]int64 {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil
+	}
+	out := map[string]int64{}
+	for line := range strings.Lines(string(b)) {
+		name, value, ok := strings.Cut(strings.TrimSpace(line), " ")
+		if n, err := strconv.ParseInt(value, 10, 64); ok && err == nil {
+			out[name] = n
+		}
+	}
+	return out
+}
+
+// vmDelta is counter name's growth from a to b times scale, or nil when
+// either reading lacks it.
+func vmDelta(a, b map[string]int64, name string, scale float64) *float64 {
+	va, oka := a[name]
+	vb, okb := b[name]
+	if !oka || !okb {
+		return nil
+	}
+	return ptr(round3(float64(vb-va) * scale))
+}
+
 func delta(a, b *int64) *int64 {
 	if a == nil || b == nil {
 		return nil
@@ -319,13 +360,13 @@ var growthColumns = []struct{ head, stage string }{
 // writeGrowth prints the growth table.
 func writeGrowth(w io.Writer, g *Growth) {
 	p := func(format string, args ...any) { fmt.Fprintf(w, format, args...) }
-	p("  growth, every %gs (latencies p95 in ms unless named; sizes in MiB at the interval's end; checkpoints, autovacuum runs, GC in the interval; %s):\n",
+	p("  growth, every %gs (latencies p95 in ms unless named; sizes in MiB at the interval's end; checkpoints, autovacuum runs, GC, refaulted and disk-read MiB in the interval; %s):\n",
 		g.IntervalS, g.DataDir)
 	head := []string{"from s", "answers", "cli p50", "cli p95"}
 	for _, c := range growthColumns {
 		head = append(head, c.head)
 	}
-	head = append(head, "batch p50", "tdb", "twal", "kafka", "pg tbl", "pg idx", "dead k", "ckpt", "autovac", "gc ms", "gc n", "heap", "busy%", "steal%", "io%")
+	head = append(head, "batch p50", "tdb", "twal", "kafka", "pg tbl", "pg idx", "dead k", "ckpt", "autovac", "gc ms", "gc n", "heap", "busy%", "steal%", "io%", "refault", "disk rd")
 	for _, h := range head {
 		p(" %8s", h)
 	}
@@ -360,7 +401,8 @@ func writeGrowth(w io.Writer, g *Growth) {
 		cells = append(cells, stageCell(r.Stages, "claims per batch", true),
 			mib(r.TemporalDB), mib(r.TemporalWAL), mib(r.KafkaDir), mib(r.PGTables), mib(r.PGIndexes), dead,
 			num(r.PGCheckpoints), num(r.PGAutovacuums), flt(r.GCPauseMS, 1), flt(r.GCCycles, 1), flt(r.HeapMB, 1),
-			flt(r.MachineBusyShare, 100), flt(r.MachineStealShare, 100), flt(r.MachineIOStallShare, 100))
+			flt(r.MachineBusyShare, 100), flt(r.MachineStealShare, 100), flt(r.MachineIOStallShare, 100),
+			flt(r.RefaultMiB, 1), flt(r.DiskReadMiB, 1))
 		for _, c := range cells {
 			p(" %8s", c)
 		}
